@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""peers.py -- time tc-bench's workloads W1-W7 in NumPy (and PyTorch CPU when it
+is installed), with the same method as tc-bench: 2 warm-up runs, then the median
+of N timed runs, outputs dropped inside the timed loop.
+
+NumPy is required; torch is optional (skipped when it cannot be imported).
+These are for comparison only: the project itself never depends on them.
+
+    pip install numpy threadpoolctl          # torch optional: pip install torch
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 bench/peers.py
+    python3 bench/peers.py --quick --only W1,W6 --tc-json tc.json --json peers.json
+
+Some machines set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the environment, which
+pins OpenBLAS to a kernel other than the one it would pick; unset both in the
+command that runs this script (as above). The BLAS kernel actually in use is
+printed (from threadpoolctl) so the W6 figure can be judged.
+
+The floor: NumPy cannot express a fused triad, so the script measures a STREAM
+"add" (np.add(b, c, out=a), 24 bytes per element, the same traffic as triad)
+split across T Python threads (ufuncs release the GIL), plus a real triad
+torch.add(b, c, alpha=s, out=a) when torch is here. With --tc-json FILE the
+floor tc-bench measured is used instead, and tc's eager times are shown beside.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+
+M16 = 16 * 1024 * 1024
+GELU_K = math.sqrt(2.0 / math.pi)
+LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
+
+# id, description, minimum bytes moved per run (0: no floor), flops per run
+WORKLOADS = [
+    ("W1", "gelu (tanh) 16M f32", 2.0 * M16 * 4, 0),
+    ("W2", "softmax 4096x4096 f32 dim -1", 2.0 * M16 * 4, 0),
+    ("W3", "layer_norm 8192x1024 f32 +g,b", 2.0 * 8192 * 1024 * 4 + 2.0 * 1024 * 4, 0),
+    ("W4", "sum_all(x*x) 16M f32", 1.0 * M16 * 4, 0),
+    ("W4b", "sum_all(x) 16M f32", 1.0 * M16 * 4, 0),
+    ("W4c", "dot(x,x) 16M f32 [peer only]", 1.0 * M16 * 4, 0),
+    ("W5", "add 64 f32 + release (per op)", 0, 0),
+    ("W6", "MLP 256x1024x4096x1024 gelu", 0, 2.0 * 256 * 1024 * 4096 * 2),
+    ("W6m", "matmul 256x1024 @ 1024x4096", 0, 2.0 * 256 * 1024 * 4096),
+    ("W7", "Adam step 16M f32 in place", 7.0 * M16 * 4, 0),
+    ("W7f", "Adam, torch fused [peer only]", 7.0 * M16 * 4, 0),
+]
+
+
+def cpu_snap():
+    """(wall, CPU seconds busy machine-wide, stolen, used by this process)."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    return (time.perf_counter(), (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz, ru.ru_utime + ru.ru_stime)
+
+
+def cpu_others(a, b):
+    """Share of the CPUs used by other processes, and stolen, between two snapshots."""
+    if not a or not b:
+        return None, None
+    cap = (b[0] - a[0]) * os.cpu_count()
+    return max(0.0, (b[1] - a[1]) - (b[3] - a[3])) / cap, (b[2] - a[2]) / cap
+
+
+def median_time(fn, reps, warmup=2, inner=1):
+    """Median seconds per call of fn over reps samples of `inner` calls."""
+    for _ in range(warmup):
+        for _ in range(inner):
+            fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples), samples
+
+
+def gelu_ref(x):
+    return 0.5 * x * (1.0 + math.tanh(GELU_K * (x + 0.044715 * x ** 3)))
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit(f"peers.py: sanity check failed: {what}")
+
+
+# -- floor --------------------------------------------------------------------
+
+def numpy_stream_add(n, threads, reps):
+    """GB/s of np.add(b, c, out=a) split over `threads` Python threads."""
+    a = np.zeros(n)
+    b = np.ones(n)
+    c = np.full(n, 2.0)
+    bounds = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)]
+    if threads == 1:
+        def run():
+            np.add(b, c, out=a)
+    else:
+        start = threading.Barrier(threads + 1)
+        done = threading.Barrier(threads + 1)
+        stop = [False]
+
+        def worker(lo, hi):
+            while True:
+                start.wait()
+                if stop[0]:
+                    return
+                np.add(b[lo:hi], c[lo:hi], out=a[lo:hi])
+                done.wait()
+
+        ts = [threading.Thread(target=worker, args=bd, daemon=True) for bd in bounds]
+        for t in ts:
+            t.start()
+
+        def run():
+            start.wait()
+            done.wait()
+    med, _ = median_time(run, reps, warmup=1)
+    if threads > 1:
+        stop[0] = True
+        start.wait()
+        for t in ts:
+            t.join()
+    check(a[n // 2] == 3.0, "stream add result")
+    return 24.0 * n / med / 1e9
+
+
+def torch_triad(torch, n, reps):
+    a = torch.zeros(n, dtype=torch.float64)
+    b = torch.ones(n, dtype=torch.float64)
+    c = torch.full((n,), 2.0, dtype=torch.float64)
+    med, _ = median_time(lambda: torch.add(b, c, alpha=3.0, out=a), reps, warmup=1)
+    check(float(a[n // 2]) == 7.0, "torch triad result")
+    return 24.0 * n / med / 1e9
+
+
+# -- NumPy workloads ------------------------------------------------------------
+
+def np_gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(GELU_K * (x + 0.044715 * (x * x * x))))
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
+
+
+def np_layer_norm(x, g, b, eps=1e-5):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * g + b
+
+
+def numpy_workloads(rng, reps, w5_loop):
+    """Yields (id, fn, inner) after checking each one's result once."""
+    f32 = np.float32
+    out = {}
+
+    x1 = rng.standard_normal(M16, dtype=f32)
+    known = np.array([-3.0, -1.0, 0.0, 0.5, 1.0, 3.0], dtype=f32)
+    got = np_gelu(known)
+    check(all(abs(float(g) - gelu_ref(float(k))) < 1e-5 + 1e-4 * abs(gelu_ref(float(k)))
+              for g, k in zip(got, known)), "numpy gelu known values")
+    check(np_gelu(x1).dtype == f32, "numpy gelu stays f32")
+    out["W1"] = (lambda: np_gelu(x1), 1)
+
+    x2 = rng.standard_normal((4096, 4096), dtype=f32)
+    check(np.allclose(np_softmax(x2).sum(axis=-1), 1.0, atol=1e-4), "numpy softmax rows sum to 1")
+    out["W2"] = (lambda: np_softmax(x2), 1)
+
+    x3 = rng.standard_normal((8192, 1024), dtype=f32)
+    g3 = rng.standard_normal(1024, dtype=f32)
+    b3 = rng.standard_normal(1024, dtype=f32)
+    y3 = np_layer_norm(x3[:4].astype(np.float64), g3, b3)
+    check(np.allclose(np_layer_norm(x3, g3, b3)[:4], y3, atol=1e-4), "numpy layer_norm")
+    out["W3"] = (lambda: np_layer_norm(x3, g3, b3), 1)
+
+    x4 = rng.random(M16, dtype=f32)
+    ref = float(np.dot(x4.astype(np.float64), x4.astype(np.float64)))
+    check(abs(float(np.sum(x4 * x4)) - ref) <= 1e-5 * ref, "numpy sum of squares")
+    check(abs(float(x4.sum()) - float(x4.sum(dtype=np.float64))) <= 1e-5 * ref, "numpy sum")
+    out["W4"] = (lambda: float(np.sum(x4 * x4)), 1)
+    out["W4b"] = (lambda: float(x4.sum()), 1)
+    out["W4c"] = (lambda: float(np.dot(x4, x4)), 1)
+
+    a5 = np.arange(64, dtype=f32)
+    b5 = np.full(64, 0.5, dtype=f32)
+    check(np.array_equal(a5 + b5, np.arange(64, dtype=f32) + f32(0.5)), "numpy add")
+    out["W5"] = (lambda: a5 + b5, w5_loop)
+
+    x6 = rng.standard_normal((256, 1024), dtype=f32)
+    w1 = rng.standard_normal((1024, 4096), dtype=f32) * f32(1 / 32)
+    b1 = rng.standard_normal(4096, dtype=f32) * f32(0.1)
+    w2 = rng.standard_normal((4096, 1024), dtype=f32) * f32(1 / 64)
+    b2 = rng.standard_normal(1024, dtype=f32) * f32(0.1)
+
+    def mlp():
+        return np_gelu(x6 @ w1 + b1) @ w2 + b2
+    h = np_gelu(x6[:2].astype(np.float64) @ w1 + b1) @ w2 + b2
+    check(np.allclose(mlp()[:2], h, atol=1e-3, rtol=1e-3), "numpy mlp")
+    out["W6"] = (mlp, 1)
+    out["W6m"] = (lambda: x6 @ w1, 1)
+
+    p = rng.standard_normal(M16, dtype=f32)
+    g = rng.standard_normal(M16, dtype=f32)
+    m = rng.standard_normal(M16, dtype=f32) * f32(0.1)
+    v = rng.random(M16, dtype=f32) * f32(0.01)
+    step = [0]
+
+    def adam():
+        nonlocal p, m, v  # augmented assignment below works in place
+        step[0] += 1
+        t = step[0]
+        m *= B1
+        m += (1 - B1) * g
+        v *= B2
+        v += (1 - B2) * (g * g)
+        mhat = m / (1 - B1 ** t)
+        vhat = v / (1 - B2 ** t)
+        p -= LR * mhat / (np.sqrt(vhat) + EPS)
+    p0, g0, m0, v0 = (float(a[123]) for a in (p, g, m, v))
+    adam()
+    mr = B1 * m0 + (1 - B1) * g0
+    vr = B2 * v0 + (1 - B2) * g0 * g0
+    dp = -LR * (mr / (1 - B1)) / (math.sqrt(vr / (1 - B2)) + EPS)
+    check(abs(float(p[123]) - p0 - dp) < 1e-6 and p.dtype == f32, "numpy adam")
+    out["W7"] = (adam, 1)
+    return out
+
+
+# -- torch workloads ------------------------------------------------------------
+
+def torch_workloads(torch, reps, w5_loop):
+    F = torch.nn.functional
+    f32 = torch.float32
+    gen = torch.Generator().manual_seed(0)
+    rn = lambda *s: torch.randn(*s, dtype=f32, generator=gen)
+    ru = lambda *s: torch.rand(*s, dtype=f32, generator=gen)
+    out = {}
+
+    x1 = rn(M16)
+    known = torch.tensor([-3.0, -1.0, 0.0, 0.5, 1.0, 3.0])
+    got = F.gelu(known, approximate="tanh")
+    check(all(abs(float(g) - gelu_ref(float(k))) < 1e-5 + 1e-4 * abs(gelu_ref(float(k)))
+              for g, k in zip(got, known)), "torch gelu known values")
+    out["W1"] = (lambda: F.gelu(x1, approximate="tanh"), 1)
+
+    x2 = rn(4096, 4096)
+    check(torch.allclose(torch.softmax(x2, -1).sum(-1), torch.ones(4096), atol=1e-4), "torch softmax")
+    out["W2"] = (lambda: torch.softmax(x2, -1), 1)
+
+    x3, g3, b3 = rn(8192, 1024), rn(1024), rn(1024)
+    ref3 = torch.from_numpy(np_layer_norm(x3[:4].double().numpy(), g3.double().numpy(), b3.double().numpy()))
+    check(torch.allclose(F.layer_norm(x3, (1024,), g3, b3, 1e-5)[:4].double(), ref3, atol=1e-4), "torch layer_norm")
+    out["W3"] = (lambda: F.layer_norm(x3, (1024,), g3, b3, 1e-5), 1)
+
+    x4 = ru(M16)
+    ref = float((x4.double() * x4.double()).sum())
+    check(abs(float((x4 * x4).sum()) - ref) <= 1e-5 * ref, "torch sum of squares")
+    out["W4"] = (lambda: float((x4 * x4).sum()), 1)
+    out["W4b"] = (lambda: float(x4.sum()), 1)
+    out["W4c"] = (lambda: float(torch.dot(x4, x4)), 1)
+
+    a5 = torch.arange(64, dtype=f32)
+    b5 = torch.full((64,), 0.5)
+    check(torch.equal(a5 + b5, torch.arange(64, dtype=f32) + 0.5), "torch add")
+    out["W5"] = (lambda: a5 + b5, w5_loop)
+
+    x6 = rn(256, 1024)
+    w1, b1 = rn(1024, 4096) / 32, rn(4096) * 0.1
+    w2, b2 = rn(4096, 1024) / 64, rn(1024) * 0.1
+
+    def mlp():
+        return torch.addmm(b2, F.gelu(torch.addmm(b1, x6, w1), approximate="tanh"), w2)
+    h = np_gelu(x6[:2].double().numpy() @ w1.double().numpy() + b1.double().numpy())
+    h = h @ w2.double().numpy() + b2.double().numpy()
+    check(np.allclose(mlp()[:2].numpy(), h, atol=1e-3, rtol=1e-3), "torch mlp")
+    out["W6"] = (mlp, 1)
+    out["W6m"] = (lambda: x6 @ w1, 1)
+
+    p, g, m, v = rn(M16), rn(M16), rn(M16) * 0.1, ru(M16) * 0.01
+    step = [0]
+
+    def adam():
+        step[0] += 1
+        t = step[0]
+        m.mul_(B1).add_(g, alpha=1 - B1)
+        v.mul_(B2).addcmul_(g, g, value=1 - B2)
+        mhat = m / (1 - B1 ** t)
+        vhat = v / (1 - B2 ** t)
+        p.sub_(LR * mhat / (vhat.sqrt() + EPS))
+    p0, g0, m0, v0 = (float(a[123]) for a in (p, g, m, v))
+    adam()
+    mr = B1 * m0 + (1 - B1) * g0
+    vr = B2 * v0 + (1 - B2) * g0 * g0
+    dp = -LR * (mr / (1 - B1)) / (math.sqrt(vr / (1 - B2)) + EPS)
+    check(abs(float(p[123]) - p0 - dp) < 1e-6, "torch adam")
+    out["W7"] = (adam, 1)
+
+    # torch's own fused CPU Adam (one pass over p, g, m, v): what a fusing
+    # compiler should approach. Skipped where this torch lacks it.
+    try:
+        pf = torch.nn.Parameter(rn(M16))
+        pf.grad = rn(M16)
+        opt = torch.optim.Adam([pf], lr=LR, betas=(B1, B2), eps=EPS, fused=True)
+        opt.step()
+        out["W7f"] = (opt.step, 1)
+    except Exception as e:  # noqa: BLE001
+        print(f"peers.py: torch fused Adam unavailable: {e}", file=sys.stderr)
+    return out
+
+
+# -- main -------------------------------------------------------------------------
+
+def fmt_time(sec, per_op):
+    if per_op:
+        return f"{sec * 1e9:.1f} ns"
+    if sec < 1e-3:
+        return f"{sec * 1e6:.1f} us"
+    return f"{sec * 1e3:.3f} ms"
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed (pip install threadpoolctl)", []
+    info = threadpool_info()
+    parts = []
+    for i in info:
+        parts.append(f"{i.get('internal_api')} {i.get('version')} arch={i.get('architecture', '-')} "
+                     f"threads={i.get('num_threads')} ({os.path.basename(i.get('filepath', ''))})")
+    return "; ".join(parts) or "no native thread pools found", info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer runs, for a smoke test")
+    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W3 W4 W4b W4c W5 W6 W6m W7 W7f)")
+    ap.add_argument("--json", help="write results as JSON to this file")
+    ap.add_argument("--tc-json", help="tc-bench --json output: use its floor, show its eager times")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for BLAS/torch (default: all)")
+    ap.add_argument("--reps", type=int, help="timed runs per workload (default 11, --quick 3)")
+    ap.add_argument("--no-torch", action="store_true", help="skip torch even when installed")
+    args = ap.parse_args()
+
+    reps = args.reps or (3 if args.quick else 11)
+    w5_loop = 20000 if args.quick else 100000
+    triad_n = (8 if args.quick else 32) * 1024 * 1024
+    T = max(1, args.threads)
+    only = {s.strip().lower() for s in args.only.split(",")} if args.only else None
+    selected = [w for w in WORKLOADS if only is None or w[0].lower() in only]
+    if not selected:
+        raise SystemExit(f"peers.py: --only '{args.only}' names no workload")
+
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if var in os.environ:
+            print(f"peers.py: warning: {var}={os.environ[var]} is set; run with "
+                  "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` to let OpenBLAS pick its kernel", file=sys.stderr)
+
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(T)
+    except ImportError:
+        pass
+
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch as _torch
+            torch = _torch
+            torch.set_num_threads(T)
+        except Exception as e:  # noqa: BLE001
+            print(f"peers.py: torch not available ({type(e).__name__}: {e}); numpy only", file=sys.stderr)
+
+    tc = None
+    if args.tc_json:
+        with open(args.tc_json) as f:
+            tc = json.load(f)
+
+    # floor
+    run0 = cpu_snap()
+    print("peers.py: measuring the floor ...", file=sys.stderr)
+    np_bw1 = numpy_stream_add(triad_n, 1, reps=4 if args.quick else 10)
+    np_bwT = numpy_stream_add(triad_n, T, reps=4 if args.quick else 10)
+    t_bwT = torch_triad(torch, triad_n, reps=4 if args.quick else 10) if torch else None
+    if tc:
+        floor_bw, floor_src = tc["floor"]["gbs_all_threads"], f"tc-bench triad, {tc['threads']} threads"
+    else:
+        floor_bw, floor_src = np_bwT, f"numpy stream add, {T} threads"
+
+    rng = np.random.default_rng(0)
+    impls = {}
+    print("peers.py: numpy workloads ...", file=sys.stderr)
+    impls["numpy"] = numpy_workloads(rng, reps, w5_loop)
+    if torch:
+        print("peers.py: torch workloads ...", file=sys.stderr)
+        with torch.no_grad():
+            impls["torch"] = torch_workloads(torch, reps, w5_loop)
+
+    results = {}
+    for lib, fns in impls.items():
+        ctx = torch.no_grad() if (lib == "torch") else None
+        if ctx:
+            ctx.__enter__()
+        for wid, *_ in selected:
+            if wid not in fns:
+                continue
+            fn, inner = fns[wid]
+            print(f"peers.py: {lib} {wid} ...", file=sys.stderr)
+            c0 = cpu_snap()
+            med, samples = median_time(fn, reps, warmup=2, inner=inner)
+            others, steal = cpu_others(c0, cpu_snap())
+            results.setdefault(wid, {})[lib] = {"median_s": med, "samples_s": samples,
+                                                "min_s": min(samples), "max_s": max(samples),
+                                                "cpu_others": others, "cpu_steal": steal}
+        if ctx:
+            ctx.__exit__(None, None, None)
+        fns.clear()  # free the inputs before the next library
+
+    run_others, run_steal = cpu_others(run0, cpu_snap())
+    blas, blas_raw = blas_info()
+    tc_by_id = {w["id"]: w for w in tc["workloads"]} if tc else {}
+
+    print(f"\npeers: numpy {np.__version__}" + (f", torch {torch.__version__}" if torch else ", no torch")
+          + f"; {T} threads for BLAS/torch (numpy elementwise is 1 thread); median of {reps} runs after 2 warm-ups")
+    print(f"numpy BLAS: {blas}")
+    print(f"floor: numpy stream add (np.add out=, 24 B/elem): 1 thread {np_bw1:.1f} GB/s, {T} threads {np_bwT:.1f} GB/s"
+          + (f"; torch triad {T} threads {t_bwT:.1f} GB/s" if torch else ""))
+    print(f"floors below use {floor_bw:.1f} GB/s ({floor_src})\n")
+
+    cols = ["numpy", "torch"] if torch else ["numpy"]
+    hdr = f"{'id':<4} {'workload':<31} {'bytes':>9} {'floor':>10}"
+    if tc:
+        hdr += f" {'tc eager':>11} {'ratio':>7}"
+    for c in cols:
+        hdr += f" {c:>11} {'ratio':>7} {'achieved':>14}"
+    print(hdr)
+    print("-" * len(hdr))
+    for wid, name, nbytes, flops in selected:
+        per_op = wid == "W5"
+        floor_s = nbytes / (floor_bw * 1e9) if nbytes else 0
+        line = f"{wid:<4} {name:<31} {(f'{nbytes / 1e6:.1f} MB' if nbytes else '-'):>9} " \
+               f"{(fmt_time(floor_s, per_op) if floor_s else '-'):>10}"
+
+        def cell(sec):
+            ratio = f"{sec / floor_s:.2f}x" if floor_s else "-"
+            return f" {fmt_time(sec, per_op):>11} {ratio:>7}"
+        if tc:
+            tw = tc_by_id.get(wid)
+            if tw and "eager" in tw:
+                line += cell(tw["eager"]["median_s"])
+            else:
+                line += f" {'-':>11} {'-':>7}"
+        for c in cols:
+            r = results.get(wid, {}).get(c)
+            if not r:
+                line += f" {'-':>11} {'-':>7} {'-':>14}"
+                continue
+            sec = r["median_s"]
+            if flops:
+                ach = f"{flops / sec / 1e9:.1f} GFLOP/s"
+            elif nbytes:
+                ach = f"{nbytes / sec / 1e9:.1f} GB/s"
+            else:
+                ach = f"{1 / sec / 1e6:.2f} Mop/s"
+            line += cell(sec) + f" {ach:>14}"
+        print(line)
+
+    for wid, *_ in selected:
+        for c in cols:
+            r = results.get(wid, {}).get(c)
+            if r and r["cpu_others"] is not None and r["cpu_others"] + r["cpu_steal"] > 0.10:
+                print(f"note: {c} {wid}: other processes used {100 * r['cpu_others']:.0f}% of the CPUs during "
+                      "its timed runs; its figure is not reliable")
+    if run_others is not None:
+        busy = " -- the machine was busy: rerun when it is quiet" if run_others + run_steal > 0.10 else ""
+        print(f"machine: other processes used {100 * run_others:.0f}% of the CPUs during the whole run, "
+              f"{100 * run_steal:.0f}% was stolen by the hypervisor{busy}")
+
+    print("\nlegend:\n"
+          "  bytes     minimum bytes the workload must move (inputs once + outputs once; W4 counts only x)\n"
+          "  floor     bytes / floor bandwidth (all threads): the memory system's time for those bytes\n"
+          "  ratio     time / floor (1.00x = bandwidth bound); W5 is ns per op, W6 compares GFLOP/s\n"
+          "  numpy     plain NumPy as a user writes it (temporaries included); elementwise ufuncs run on\n"
+          "            one thread, matmul on OpenBLAS with the threads shown\n"
+          "  torch     PyTorch CPU eager, no autograd; W7f is torch.optim.Adam(fused=True)\n"
+          "  W4c/W7f   peer-only rows: the fused form of W4 / W7 that a fusing runtime should approach")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tool": "peers.py", "numpy": np.__version__, "cpu_others": run_others,
+                       "cpu_steal": run_steal,
+                       "torch": torch.__version__ if torch else None, "threads": T, "reps": reps,
+                       "blas": [{k: str(v) for k, v in i.items()} for i in blas_raw],
+                       "floor": {"numpy_add_gbs_1thread": np_bw1, "numpy_add_gbs_all_threads": np_bwT,
+                                 "torch_triad_gbs": t_bwT, "used_gbs": floor_bw, "used_source": floor_src},
+                       "workloads": [{"id": w, "name": n, "bytes": b, "flops": fl, **results.get(w, {})}
+                                     for w, n, b, fl in selected]}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,963 @@
+/*
+** tc-bench -- the benchmark harness of tc.
+**
+** Measures this machine's own memory-bandwidth floor (a STREAM-like triad with
+** the same thread count as tc) in the same run, then times a fixed set of
+** workloads through tc's public API and prints each one's median time next to
+** the time the memory system alone would need for the bytes it must move.
+**
+** Every tc_ call is checked: a NULL (or -1) result stops the bench with
+** tc_last_error()'s message, so no figure is ever printed from a failed op.
+** Each workload's result is also checked against a reference computed here in
+** double precision, once in each mode, so a broken kernel cannot look fast.
+**
+** Uses only include/tc.h, libc, libm and pthreads. See bench/README.md.
+*/
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "tc.h"
+
+#define MB 1e6
+#define GB 1e9
+#define M16 (16L * 1024 * 1024)
+
+/* -- Options ---------------------------------------------------------------- */
+
+static struct {
+  bool quick;
+  bool compiled;
+  bool keep_going;
+  const char *only;      /* comma list of workload ids, or NULL */
+  const char *json_path; /* or NULL */
+  int reps;              /* timed samples per workload */
+  int warmup;            /* untimed runs before them */
+  int warmup_compiled;   /* untimed runs before the compiled samples */
+  long overhead_loop;    /* W5 ops per sample */
+  long triad_n;          /* doubles per triad array */
+  int triad_reps;
+} opt;
+
+/* -- Failure handling ------------------------------------------------------- */
+
+static jmp_buf *fail_jmp; /* set while a workload runs under --keep-going */
+static char fail_msg[768];
+
+static void fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(fail_msg, sizeof fail_msg, fmt, ap);
+  va_end(ap);
+  if (fail_jmp) longjmp(*fail_jmp, 1);
+  fflush(stdout);
+  fprintf(stderr, "tc-bench: FAILED: %s\n", fail_msg);
+  exit(1);
+}
+
+static const char *errmsg(void) {
+  const char *e = tc_last_error();
+  return e ? e : "(tc_last_error() gave no message)";
+}
+
+static tc_tensor *ck_(tc_tensor *t, const char *expr, int line) {
+  if (!t) fail("line %d: %s returned NULL: %s", line, expr, errmsg());
+  return t;
+}
+static void cki_(int rc, const char *expr, int line) {
+  if (rc != 0) fail("line %d: %s returned %d: %s", line, expr, rc, errmsg());
+}
+static void *ckp_(void *p, const char *expr, int line) {
+  if (!p) fail("line %d: %s returned NULL: %s", line, expr, errmsg());
+  return p;
+}
+#define CK(e) ck_((e), #e, __LINE__)
+#define CKI(e) cki_((e), #e, __LINE__)
+#define CKP(e) ckp_((e), #e, __LINE__)
+
+/* -- Small helpers ---------------------------------------------------------- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+  double *s = malloc((size_t)n * sizeof *s);
+  if (!s) fail("out of memory");
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  double m = (n % 2) ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  free(s);
+  return m;
+}
+
+/* How busy the machine was: CPU seconds used by everything (from /proc/stat)
+** and by this process (getrusage), and stolen by the hypervisor. */
+typedef struct {
+  double wall, all_busy, steal, self;
+  bool ok;
+} cpu_snap;
+
+static cpu_snap cpu_snap_take(void) {
+  cpu_snap c = {.wall = now_s()};
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    c.self = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+             ru.ru_stime.tv_usec * 1e-6;
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return c;
+  unsigned long long v[10] = {0};
+  int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6], &v[7], &v[8], &v[9]);
+  fclose(f);
+  if (got < 8) return c;
+  double hz = (double)sysconf(_SC_CLK_TCK);
+  /* user nice system idle iowait irq softirq steal (guest counted in user) */
+  c.all_busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / hz;
+  c.steal = (double)v[7] / hz;
+  c.ok = true;
+  return c;
+}
+
+/* Share of the machine's CPU capacity used by other processes (and stolen)
+** between two snapshots; negative when unknown. */
+static double cpu_others(cpu_snap a, cpu_snap b, double *steal) {
+  double cap = (b.wall - a.wall) * (double)sysconf(_SC_NPROCESSORS_ONLN);
+  if (!a.ok || !b.ok || cap <= 0) return -1;
+  double others = (b.all_busy - a.all_busy) - (b.self - a.self);
+  if (steal) *steal = (b.steal - a.steal) / cap;
+  return others < 0 ? 0 : others / cap;
+}
+
+static bool close_enough(double got, double ref, double atol, double rtol) {
+  return isfinite(got) && fabs(got - ref) <= atol + rtol * fabs(ref);
+}
+
+static float *f32_data(tc_tensor *t) {
+  if (tc_dtype_of(t) != TC_F32) fail("expected an f32 tensor, got %s", tc_dtype_name(tc_dtype_of(t)));
+  return (float *)CKP(tc_data(t));
+}
+
+/* -- The bandwidth floor: STREAM triad with pthreads ------------------------ */
+
+enum { MODE_TRIAD, MODE_INIT, MODE_TRIAD_NT };
+
+typedef struct {
+  double *a, *b, *c;
+  long n;
+  double s;
+  int nth;
+  volatile int quit;
+  volatile int mode; /* MODE_* */
+  pthread_barrier_t start, done;
+} triad_pool;
+
+typedef struct {
+  triad_pool *p;
+  int id;
+} triad_arg;
+
+static void *triad_worker(void *argp) {
+  triad_arg *w = argp;
+  triad_pool *p = w->p;
+  for (;;) {
+    pthread_barrier_wait(&p->start);
+    if (p->quit) break;
+    /* chunk bounds on 64-byte lines, so each thread's stores are aligned */
+    long lo = (p->n * w->id / p->nth) & ~7L, hi = w->id + 1 == p->nth ? p->n : (p->n * (w->id + 1) / p->nth) & ~7L;
+    double *restrict a = p->a, *restrict b = p->b, *restrict c = p->c;
+    if (p->mode == MODE_INIT) {
+      for (long i = lo; i < hi; i++) {
+        a[i] = 0.0;
+        b[i] = 1.0;
+        c[i] = 2.0;
+      }
+    } else if (p->mode == MODE_TRIAD_NT) {
+#if defined(__SSE2__)
+      const __m128d s = _mm_set1_pd(p->s);
+      long i = lo;
+      for (; i + 2 <= hi; i += 2)
+        _mm_stream_pd(a + i, _mm_add_pd(_mm_load_pd(b + i), _mm_mul_pd(s, _mm_load_pd(c + i))));
+      for (; i < hi; i++) a[i] = b[i] + p->s * c[i];
+      _mm_sfence();
+#endif
+    } else {
+      const double s = p->s;
+      for (long i = lo; i < hi; i++) a[i] = b[i] + s * c[i];
+    }
+    pthread_barrier_wait(&p->done);
+  }
+  return NULL;
+}
+
+static double *triad_alloc(long n) {
+  void *p = NULL;
+  size_t bytes = (size_t)n * sizeof(double);
+  if (posix_memalign(&p, 2u << 20, bytes) != 0) fail("cannot allocate %zu bytes for the triad", bytes);
+  /* tc's allocator asks for huge pages on large blocks; ask here too so the
+  ** floor is not handicapped by TLB misses the library does not pay. */
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
+/* One pass (MODE_*) over all threads; returns seconds. */
+static double triad_pass(triad_pool *p, int mode) {
+  p->mode = mode;
+  double t0 = now_s();
+  pthread_barrier_wait(&p->start);
+  pthread_barrier_wait(&p->done);
+  return now_s() - t0;
+}
+
+/* Median GB/s (STREAM convention: 24 bytes per element) over reps passes.
+** nt: with non-temporal (streaming) stores, which skip the read-for-ownership
+** of a; informational only, the floor is the plain triad. */
+static double triad_gbs(double *a, double *b, double *c, long n, int nth, int reps, bool prefault, bool nt) {
+  triad_pool p = {.a = a, .b = b, .c = c, .n = n, .s = 3.0, .nth = nth};
+  pthread_t *th = calloc((size_t)nth, sizeof *th);
+  triad_arg *args = calloc((size_t)nth, sizeof *args);
+  double *gbs = calloc((size_t)reps, sizeof *gbs);
+  if (!th || !args || !gbs) fail("out of memory");
+  pthread_barrier_init(&p.start, NULL, (unsigned)nth + 1);
+  pthread_barrier_init(&p.done, NULL, (unsigned)nth + 1);
+  for (int i = 0; i < nth; i++) {
+    args[i] = (triad_arg){&p, i};
+    if (pthread_create(&th[i], NULL, triad_worker, &args[i]) != 0) fail("pthread_create failed");
+  }
+  int mode = nt ? MODE_TRIAD_NT : MODE_TRIAD;
+  if (prefault) triad_pass(&p, MODE_INIT);
+  triad_pass(&p, mode); /* warm-up */
+  for (int r = 0; r < reps; r++) gbs[r] = 24.0 * (double)n / triad_pass(&p, mode) / GB;
+  p.quit = 1;
+  pthread_barrier_wait(&p.start);
+  for (int i = 0; i < nth; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&p.start);
+  pthread_barrier_destroy(&p.done);
+  /* The triad must really have run: a = b + 3c = 1 + 6. */
+  for (long i = 0; i < n; i += n / 97 + 1)
+    if (a[i] != 7.0) fail("triad produced a[%ld] = %g, expected 7", i, a[i]);
+  double m = median(gbs, reps);
+  free(gbs);
+  free(args);
+  free(th);
+  return m;
+}
+
+/* -- Workloads -------------------------------------------------------------- */
+
+typedef struct {
+  bool ok;
+  int n;
+  double med, min, max;   /* seconds per iteration */
+  double samples[64];
+  uint64_t pool_misses;   /* during the timed samples */
+  uint64_t regions, regions_compiled, kernels_compiled; /* during timed samples */
+  double others, steal;   /* CPU share used by other processes / stolen, timed samples */
+} result;
+
+typedef struct wl wl;
+struct wl {
+  const char *id, *name;
+  void (*setup)(wl *);
+  void (*iter)(wl *);  /* one unit of timed work: computes, reads/realizes, releases */
+  void (*check)(wl *); /* fail()s when the result is wrong */
+  long inner;          /* iterations per timed sample (W5: many) */
+  double bytes;        /* minimum bytes moved per iteration; 0: no floor */
+  double flops;        /* flops per iteration; 0: none */
+  tc_tensor *t[8];     /* inputs, released after the workload */
+  long step;           /* W7's Adam step counter */
+  bool selected, failed;
+  char err[768];
+  result eager, comp;
+};
+
+/* Realize and release an op's result, as a program that uses it would. */
+static void consume(tc_tensor *out) {
+  CKI(tc_realize(out));
+  tc_release(out);
+}
+
+/* Samples of indices spread over [0, n). */
+#define NSAMPLE 4096
+static long sample_idx(long k, long n) { return (long)(((unsigned long long)k * 2654435761ull) % (unsigned long long)n); }
+
+/* W1: tanh-GELU over 16M f32. */
+static double gelu_ref(double x) {
+  const double k = sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+static void w1_setup(wl *w) { w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(M16), 1)); }
+static void w1_iter(wl *w) { consume(CK(tc_gelu(w->t[0]))); }
+static void w1_check(wl *w) {
+  static const float known[] = {-6.0f, -3.0f, -1.0f, -0.5f, 0.0f, 0.25f, 0.5f, 1.0f, 2.0f, 3.0f, 8.0f};
+  size_t nk = sizeof known / sizeof known[0];
+  tc_tensor *k = CK(tc_from_data(TC_F32, TC_SHAPE((int64_t)nk), known, sizeof known));
+  tc_tensor *gk = CK(tc_gelu(k));
+  float *g = f32_data(gk);
+  for (size_t i = 0; i < nk; i++)
+    if (!close_enough(g[i], gelu_ref(known[i]), 1e-5, 1e-4))
+      fail("gelu(%g) = %.9g, expected %.9g", known[i], g[i], gelu_ref(known[i]));
+  tc_release(gk);
+  tc_release(k);
+  tc_tensor *out = CK(tc_gelu(w->t[0]));
+  if (tc_numel(out) != M16) fail("gelu: %lld elements, expected %ld", (long long)tc_numel(out), M16);
+  float *x = f32_data(w->t[0]), *y = f32_data(out);
+  for (long s = 0; s < NSAMPLE; s++) {
+    long i = sample_idx(s, M16);
+    if (!close_enough(y[i], gelu_ref(x[i]), 1e-5, 1e-4))
+      fail("gelu: element %ld: got %.9g for x = %.9g, expected %.9g", i, y[i], x[i], gelu_ref(x[i]));
+  }
+  tc_release(out);
+}
+
+/* W2: row softmax 4096x4096 f32. */
+static void w2_setup(wl *w) { w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(4096, 4096), 2)); }
+static void w2_iter(wl *w) { consume(CK(tc_softmax(w->t[0], -1))); }
+static void w2_check(wl *w) {
+  tc_tensor *out = CK(tc_softmax(w->t[0], -1));
+  if (tc_ndim(out) != 2 || tc_size(out, 0) != 4096 || tc_size(out, 1) != 4096) fail("softmax: wrong shape");
+  float *x = f32_data(w->t[0]), *y = f32_data(out);
+  for (long r = 0; r < 4096; r++) {
+    double s = 0;
+    for (long j = 0; j < 4096; j++) s += y[r * 4096 + j];
+    if (!close_enough(s, 1.0, 1e-4, 0)) fail("softmax: row %ld sums to %.9g", r, s);
+  }
+  static const long rows[] = {0, 1, 2047, 4095};
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    const float *xr = x + rows[k] * 4096;
+    const float *yr = y + rows[k] * 4096;
+    double mx = -INFINITY, z = 0;
+    for (long j = 0; j < 4096; j++) mx = fmax(mx, xr[j]);
+    for (long j = 0; j < 4096; j++) z += exp(xr[j] - mx);
+    for (long j = 0; j < 4096; j++) {
+      double ref = exp(xr[j] - mx) / z;
+      if (!close_enough(yr[j], ref, 1e-8, 1e-4))
+        fail("softmax: [%ld,%ld] = %.9g, expected %.9g", rows[k], j, yr[j], ref);
+    }
+  }
+  tc_release(out);
+}
+
+/* W3: layer_norm 8192x1024 f32 with gamma and beta. */
+static void w3_setup(wl *w) {
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(8192, 1024), 3));
+  w->t[1] = CK(tc_randn(TC_F32, TC_SHAPE(1024), 4));
+  w->t[2] = CK(tc_randn(TC_F32, TC_SHAPE(1024), 5));
+}
+static void w3_iter(wl *w) { consume(CK(tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5))); }
+static void w3_check(wl *w) {
+  tc_tensor *out = CK(tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5));
+  if (tc_ndim(out) != 2 || tc_size(out, 0) != 8192 || tc_size(out, 1) != 1024) fail("layer_norm: wrong shape");
+  float *x = f32_data(w->t[0]), *g = f32_data(w->t[1]), *b = f32_data(w->t[2]), *y = f32_data(out);
+  static const long rows[] = {0, 1, 777, 4096, 8191};
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    const float *xr = x + rows[k] * 1024, *yr = y + rows[k] * 1024;
+    double mean = 0, var = 0;
+    for (long j = 0; j < 1024; j++) mean += xr[j];
+    mean /= 1024;
+    for (long j = 0; j < 1024; j++) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= 1024;
+    double inv = 1.0 / sqrt(var + 1e-5);
+    for (long j = 0; j < 1024; j++) {
+      double ref = (xr[j] - mean) * inv * g[j] + b[j];
+      if (!close_enough(yr[j], ref, 1e-4, 1e-4))
+        fail("layer_norm: [%ld,%ld] = %.9g, expected %.9g", rows[k], j, yr[j], ref);
+    }
+  }
+  tc_release(out);
+}
+
+/* W4: sum of squares over 16M f32 (eagerly materializes x*x); W4b: sum_all. */
+static void w4_setup(wl *w) { w->t[0] = CK(tc_rand(TC_F32, TC_SHAPE(M16), 6)); }
+static tc_tensor *w4_op(wl *w) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *sq = CK(tc_mul(w->t[0], w->t[0]));
+  tc_tensor *s = tc_keep(CK(tc_sum_all(sq)));
+  tc_scope_end(mark);
+  return s;
+}
+static void w4_iter(wl *w) {
+  tc_tensor *s = w4_op(w);
+  double v;
+  CKI(tc_item(s, &v)); /* a program reads a reduction's value */
+  tc_release(s);
+}
+static void w4_check(wl *w) {
+  tc_tensor *s = w4_op(w);
+  double v, ref = 0;
+  CKI(tc_item(s, &v));
+  tc_release(s);
+  float *x = f32_data(w->t[0]);
+  for (long i = 0; i < M16; i++) ref += (double)x[i] * x[i];
+  if (!close_enough(v, ref, 0, 1e-5)) fail("sum_all(x*x) = %.9g, expected %.9g", v, ref);
+}
+static void w4b_iter(wl *w) {
+  tc_tensor *s = CK(tc_sum_all(w->t[0]));
+  double v;
+  CKI(tc_item(s, &v));
+  tc_release(s);
+}
+static void w4b_check(wl *w) {
+  tc_tensor *s = CK(tc_sum_all(w->t[0]));
+  double v, ref = 0;
+  CKI(tc_item(s, &v));
+  tc_release(s);
+  float *x = f32_data(w->t[0]);
+  for (long i = 0; i < M16; i++) ref += x[i];
+  if (!close_enough(v, ref, 0, 1e-5)) fail("sum_all(x) = %.9g, expected %.9g", v, ref);
+}
+
+/* W5: per-op overhead: add two 64-element tensors, release the result. */
+static void w5_setup(wl *w) {
+  w->t[0] = CK(tc_arange(TC_F32, 0, 64, 1));
+  w->t[1] = CK(tc_full(TC_F32, TC_SHAPE(64), 0.5));
+}
+static void w5_iter(wl *w) { tc_release(CK(tc_add(w->t[0], w->t[1]))); }
+static void w5_check(wl *w) {
+  tc_tensor *out = CK(tc_add(w->t[0], w->t[1]));
+  if (tc_numel(out) != 64) fail("add: %lld elements, expected 64", (long long)tc_numel(out));
+  float *y = f32_data(out);
+  for (int i = 0; i < 64; i++)
+    if (y[i] != (float)i + 0.5f) fail("add: element %d = %.9g, expected %g", i, y[i], i + 0.5);
+  tc_release(out);
+}
+
+/* W6: MLP 256x1024 -> 4096 (gelu) -> 1024. */
+static void w6_setup(wl *w) {
+  tc_tensor *r;
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(256, 1024), 7));
+  r = CK(tc_randn(TC_F32, TC_SHAPE(1024, 4096), 8));
+  w->t[1] = CK(tc_mul_scalar(r, 1.0 / 32.0)); /* 1/sqrt(fan_in) */
+  tc_release(r);
+  r = CK(tc_randn(TC_F32, TC_SHAPE(4096), 9));
+  w->t[2] = CK(tc_mul_scalar(r, 0.1));
+  tc_release(r);
+  r = CK(tc_randn(TC_F32, TC_SHAPE(4096, 1024), 10));
+  w->t[3] = CK(tc_mul_scalar(r, 1.0 / 64.0));
+  tc_release(r);
+  r = CK(tc_randn(TC_F32, TC_SHAPE(1024), 11));
+  w->t[4] = CK(tc_mul_scalar(r, 0.1));
+  tc_release(r);
+}
+static tc_tensor *w6_op(wl *w) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *h = CK(tc_matmul(w->t[0], w->t[1]));
+  tc_tensor *hb = CK(tc_add(h, w->t[2]));
+  tc_tensor *a = CK(tc_gelu(hb));
+  tc_tensor *o = CK(tc_matmul(a, w->t[3]));
+  tc_tensor *y = tc_keep(CK(tc_add(o, w->t[4])));
+  tc_scope_end(mark);
+  return y;
+}
+static void w6_iter(wl *w) { consume(w6_op(w)); }
+static void w6_check(wl *w) {
+  tc_tensor *out = w6_op(w);
+  if (tc_ndim(out) != 2 || tc_size(out, 0) != 256 || tc_size(out, 1) != 1024) fail("mlp: wrong shape");
+  float *x = f32_data(w->t[0]), *w1 = f32_data(w->t[1]), *b1 = f32_data(w->t[2]);
+  float *w2 = f32_data(w->t[3]), *b2 = f32_data(w->t[4]), *y = f32_data(out);
+  double *h = malloc(4096 * sizeof *h);
+  if (!h) fail("out of memory");
+  static const long rows[] = {0, 100, 255};
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    const float *xr = x + rows[k] * 1024;
+    for (long j = 0; j < 4096; j++) h[j] = b1[j];
+    for (long i = 0; i < 1024; i++)
+      for (long j = 0; j < 4096; j++) h[j] += (double)xr[i] * w1[i * 4096 + j];
+    for (long j = 0; j < 4096; j++) h[j] = gelu_ref(h[j]);
+    for (long j = 0; j < 1024; j++) {
+      double ref = b2[j];
+      for (long i = 0; i < 4096; i++) ref += h[i] * w2[i * 1024 + j];
+      if (!close_enough(y[rows[k] * 1024 + j], ref, 1e-3, 1e-3))
+        fail("mlp: [%ld,%ld] = %.9g, expected %.9g", rows[k], j, y[rows[k] * 1024 + j], ref);
+    }
+  }
+  free(h);
+  tc_release(out);
+}
+
+/* W6m: the first matmul alone (no epilogue), to set tc's matmul beside BLAS. */
+static void w6m_iter(wl *w) { consume(CK(tc_matmul(w->t[0], w->t[1]))); }
+static void w6m_check(wl *w) {
+  tc_tensor *out = CK(tc_matmul(w->t[0], w->t[1]));
+  if (tc_ndim(out) != 2 || tc_size(out, 0) != 256 || tc_size(out, 1) != 4096) fail("matmul: wrong shape");
+  float *x = f32_data(w->t[0]), *w1 = f32_data(w->t[1]), *y = f32_data(out);
+  for (long s = 0; s < NSAMPLE; s++) {
+    long i = sample_idx(s, 256), j = sample_idx(s * 7 + 3, 4096);
+    double ref = 0;
+    for (long k = 0; k < 1024; k++) ref += (double)x[i * 1024 + k] * w1[k * 4096 + j];
+    if (!close_enough(y[i * 4096 + j], ref, 1e-4, 1e-4))
+      fail("matmul: [%ld,%ld] = %.9g, expected %.9g", i, j, y[i * 4096 + j], ref);
+  }
+  tc_release(out);
+}
+
+/* W7: one Adam step over 16M f32 params, in place, as a user writes it. */
+#define ADAM_LR 1e-3
+#define ADAM_B1 0.9
+#define ADAM_B2 0.999
+#define ADAM_EPS 1e-8
+static void w7_setup(wl *w) {
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(M16), 12));   /* p */
+  w->t[1] = CK(tc_randn(TC_F32, TC_SHAPE(M16), 13));   /* g */
+  tc_tensor *r = CK(tc_randn(TC_F32, TC_SHAPE(M16), 14));
+  w->t[2] = CK(tc_mul_scalar(r, 0.1));                 /* m */
+  tc_release(r);
+  r = CK(tc_rand(TC_F32, TC_SHAPE(M16), 15));
+  w->t[3] = CK(tc_mul_scalar(r, 0.01));                /* v >= 0 */
+  tc_release(r);
+  w->step = 0;
+}
+static void w7_step(wl *w) {
+  tc_tensor *p = w->t[0], *g = w->t[1], *m = w->t[2], *v = w->t[3];
+  long t = ++w->step;
+  size_t mark = tc_scope_begin();
+  /* m = b1*m + (1-b1)*g */
+  CKI(tc_mul_scalar_(m, ADAM_B1));
+  CKI(tc_add_(m, CK(tc_mul_scalar(g, 1.0 - ADAM_B1))));
+  /* v = b2*v + (1-b2)*g*g */
+  CKI(tc_mul_scalar_(v, ADAM_B2));
+  tc_tensor *gg = CK(tc_mul(g, g));
+  CKI(tc_mul_scalar_(gg, 1.0 - ADAM_B2));
+  CKI(tc_add_(v, gg));
+  /* p -= lr * mhat / (sqrt(vhat) + eps) */
+  tc_tensor *mhat = CK(tc_div_scalar(m, 1.0 - pow(ADAM_B1, (double)t)));
+  tc_tensor *vhat = CK(tc_div_scalar(v, 1.0 - pow(ADAM_B2, (double)t)));
+  tc_tensor *den = CK(tc_add_scalar(CK(tc_sqrt(vhat)), ADAM_EPS));
+  tc_tensor *upd = CK(tc_mul_scalar(CK(tc_div(mhat, den)), ADAM_LR));
+  CKI(tc_sub_(p, upd));
+  tc_scope_end(mark);
+  CKI(tc_sync()); /* complete the in-place writes (lazy under compile) */
+}
+static void w7_check(wl *w) {
+  enum { NS = 1024 };
+  static long idx[NS];
+  static double p0[NS], g0[NS], m0[NS], v0[NS];
+  float *p = f32_data(w->t[0]), *g = f32_data(w->t[1]), *m = f32_data(w->t[2]), *v = f32_data(w->t[3]);
+  for (long s = 0; s < NS; s++) {
+    long i = idx[s] = sample_idx(s, M16);
+    p0[s] = p[i], g0[s] = g[i], m0[s] = m[i], v0[s] = v[i];
+  }
+  long t = w->step + 1;
+  w7_step(w);
+  p = f32_data(w->t[0]), m = f32_data(w->t[2]), v = f32_data(w->t[3]);
+  for (long s = 0; s < NS; s++) {
+    long i = idx[s];
+    double mr = ADAM_B1 * m0[s] + (1 - ADAM_B1) * g0[s];
+    double vr = ADAM_B2 * v0[s] + (1 - ADAM_B2) * g0[s] * g0[s];
+    double mh = mr / (1 - pow(ADAM_B1, (double)t)), vh = vr / (1 - pow(ADAM_B2, (double)t));
+    double dp = -ADAM_LR * mh / (sqrt(vh) + ADAM_EPS);
+    if (!close_enough(m[i], mr, 1e-7, 1e-5)) fail("adam: m[%ld] = %.9g, expected %.9g", i, m[i], mr);
+    if (!close_enough(v[i], vr, 1e-9, 1e-5)) fail("adam: v[%ld] = %.9g, expected %.9g", i, v[i], vr);
+    if (!close_enough((double)p[i] - p0[s], dp, 2e-7 * (1 + fabs(p0[s])), 1e-3))
+      fail("adam: p[%ld] moved by %.9g, expected %.9g", i, (double)p[i] - p0[s], dp);
+  }
+}
+
+static wl workloads[] = {
+  {"W1", "gelu (tanh) 16M f32", w1_setup, w1_iter, w1_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}},
+  {"W2", "softmax 4096x4096 f32 dim -1", w2_setup, w2_iter, w2_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}},
+  {"W3", "layer_norm 8192x1024 f32 +g,b", w3_setup, w3_iter, w3_check, 1, 2.0 * 8192 * 1024 * 4 + 2.0 * 1024 * 4, 0,
+   {0}, 0, 0, 0, "", {0}, {0}},
+  {"W4", "sum_all(x*x) 16M f32", w4_setup, w4_iter, w4_check, 1, 1.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}},
+  {"W4b", "sum_all(x) 16M f32", w4_setup, w4b_iter, w4b_check, 1, 1.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}},
+  {"W5", "add 64 f32 + release (per op)", w5_setup, w5_iter, w5_check, 1000000, 0, 0, {0}, 0, 0, 0, "", {0}, {0}},
+  {"W6", "MLP 256x1024x4096x1024 gelu", w6_setup, w6_iter, w6_check, 1, 0, 2.0 * 256 * 1024 * 4096 * 2, {0}, 0, 0,
+   0, "", {0}, {0}},
+  {"W6m", "matmul 256x1024 @ 1024x4096", w6_setup, w6m_iter, w6m_check, 1, 0, 2.0 * 256 * 1024 * 4096, {0}, 0,
+   0, 0, "", {0}, {0}},
+  {"W7", "Adam step 16M f32 in place", w7_setup, w7_step, w7_check, 1, 7.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0},
+   {0}},
+};
+#define NWL ((int)(sizeof workloads / sizeof workloads[0]))
+
+/* -- Running ---------------------------------------------------------------- */
+
+static void measure(wl *w, result *r, int warmup) {
+  long inner = w->inner;
+  tc_stats s0, s1;
+  for (int i = 0; i < warmup; i++)
+    for (long k = 0; k < inner; k++) w->iter(w);
+  r->n = opt.reps;
+  cpu_snap c0 = cpu_snap_take();
+  tc_stats_get(&s0);
+  for (int i = 0; i < r->n; i++) {
+    double t0 = now_s();
+    for (long k = 0; k < inner; k++) w->iter(w);
+    r->samples[i] = (now_s() - t0) / (double)inner;
+  }
+  tc_stats_get(&s1);
+  r->others = cpu_others(c0, cpu_snap_take(), &r->steal);
+  r->med = median(r->samples, r->n);
+  r->min = r->max = r->samples[0];
+  for (int i = 1; i < r->n; i++) {
+    r->min = fmin(r->min, r->samples[i]);
+    r->max = fmax(r->max, r->samples[i]);
+  }
+  r->pool_misses = s1.pool_misses - s0.pool_misses;
+  r->regions = s1.regions - s0.regions;
+  r->regions_compiled = s1.regions_compiled - s0.regions_compiled;
+  r->kernels_compiled = s1.kernels_compiled - s0.kernels_compiled;
+  r->ok = true;
+}
+
+static void run_workload(wl *w) {
+  jmp_buf jb;
+  for (int i = 0; i < 8; i++) w->t[i] = NULL;
+  if (opt.keep_going) {
+    if (setjmp(jb)) {
+      fail_jmp = NULL;
+      tc_compile_set(false);
+      w->failed = true;
+      snprintf(w->err, sizeof w->err, "%s", fail_msg);
+      fprintf(stderr, "tc-bench: %s FAILED: %s\n", w->id, fail_msg);
+      return; /* its tensors leak: the state after a failure is not trusted */
+    }
+    fail_jmp = &jb;
+  }
+  fprintf(stderr, "tc-bench: %s %s ...\n", w->id, w->name);
+  tc_clear_error();
+  tc_compile_set(false);
+  w->setup(w);
+  w->check(w);
+  measure(w, &w->eager, opt.warmup);
+  if (opt.compiled) {
+    tc_compile_set(true);
+    w->check(w);
+    measure(w, &w->comp, opt.warmup_compiled);
+    w->check(w); /* compiled kernels (if any were made) must still be right */
+    tc_compile_set(false);
+  }
+  for (int i = 0; i < 8; i++) tc_release(w->t[i]);
+  fail_jmp = NULL;
+}
+
+/* -- Output ----------------------------------------------------------------- */
+
+static double g_others = -1, g_steal; /* whole run: CPU share of other processes, stolen */
+
+static void fmt_time(char *buf, size_t n, const wl *w, double sec) {
+  if (w->inner > 1) snprintf(buf, n, "%.1f ns", sec * 1e9);
+  else if (sec < 1e-3) snprintf(buf, n, "%.1f us", sec * 1e6);
+  else snprintf(buf, n, "%.3f ms", sec * 1e3);
+}
+
+static void fmt_rate(char *buf, size_t n, const wl *w, double sec) {
+  if (w->flops > 0) snprintf(buf, n, "%.1f GFLOP/s", w->flops / sec / GB);
+  else if (w->bytes > 0) snprintf(buf, n, "%.1f GB/s", w->bytes / sec / GB);
+  else snprintf(buf, n, "%.2f Mop/s", 1.0 / sec / 1e6);
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void json_result(FILE *f, const char *key, const wl *w, const result *r, double floor_s) {
+  fprintf(f, ",\n      \"%s\": {\"median_s\": %.9g, \"min_s\": %.9g, \"max_s\": %.9g, \"n\": %d, \"samples_s\": [", key,
+          r->med, r->min, r->max, r->n);
+  for (int i = 0; i < r->n; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->samples[i]);
+  fprintf(f, "]");
+  if (floor_s > 0) fprintf(f, ", \"ratio\": %.4f", r->med / floor_s);
+  if (w->bytes > 0) fprintf(f, ", \"gbs\": %.4f", w->bytes / r->med / GB);
+  if (w->flops > 0) fprintf(f, ", \"gflops\": %.4f", w->flops / r->med / GB);
+  fprintf(f,
+          ", \"cpu_others\": %.4f, \"cpu_steal\": %.4f"
+          ", \"pool_misses\": %llu, \"regions\": %llu, \"regions_compiled\": %llu, \"kernels_compiled\": %llu}",
+          r->others, r->steal, (unsigned long long)r->pool_misses, (unsigned long long)r->regions,
+          (unsigned long long)r->regions_compiled, (unsigned long long)r->kernels_compiled);
+}
+
+static void write_json(const char *path, int nth, double bw1, double bwn, double bwn_end, double bwnt) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "tc-bench: cannot write %s\n", path);
+    exit(1);
+  }
+  fprintf(f, "{\n  \"tool\": \"tc-bench\",\n  \"threads\": %d,\n  \"cpus_online\": %ld,\n  \"quick\": %s,\n", nth,
+          sysconf(_SC_NPROCESSORS_ONLN), opt.quick ? "true" : "false");
+  fprintf(f, "  \"reps\": %d,\n  \"warmup\": %d,\n  \"cpu_others\": %.4f,\n  \"cpu_steal\": %.4f,\n", opt.reps,
+          opt.warmup, g_others, g_steal);
+  fprintf(f,
+          "  \"floor\": {\"kernel\": \"triad a=b+s*c, 24 B/element\", \"doubles_per_array\": %ld, "
+          "\"gbs_1thread\": %.4f, \"gbs_all_threads\": %.4f, \"gbs_all_threads_at_end\": %.4f, "
+          "\"gbs_all_threads_streaming_stores\": %.4f},\n",
+          opt.triad_n, bw1, bwn, bwn_end, bwnt);
+  fprintf(f, "  \"workloads\": [");
+  bool first = true;
+  for (int i = 0; i < NWL; i++) {
+    const wl *w = &workloads[i];
+    if (!w->selected) continue;
+    fprintf(f, "%s\n    {\"id\": ", first ? "" : ",");
+    first = false;
+    json_str(f, w->id);
+    fprintf(f, ", \"name\": ");
+    json_str(f, w->name);
+    fprintf(f, ",\n      \"unit\": \"%s\", \"inner\": %ld, \"bytes\": %.0f, \"flops\": %.0f", w->inner > 1 ? "ns/op" : "ms",
+            w->inner, w->bytes, w->flops);
+    double floor_s = w->bytes > 0 ? w->bytes / (bwn * GB) : 0;
+    if (floor_s > 0) fprintf(f, ", \"floor_s\": %.9g", floor_s);
+    fprintf(f, ", \"ok\": %s", w->failed ? "false" : "true");
+    if (w->failed) {
+      fprintf(f, ", \"error\": ");
+      json_str(f, w->err);
+    }
+    if (w->eager.ok) json_result(f, "eager", w, &w->eager, floor_s);
+    if (w->comp.ok) json_result(f, "compiled", w, &w->comp, floor_s);
+    fprintf(f, "}");
+  }
+  fprintf(f, "\n  ]\n}\n");
+  fclose(f);
+}
+
+static void print_table(int nth, double bw1, double bwn, double bwn_end, double bwnt) {
+  char cpu[128] = "?";
+  FILE *ci = fopen("/proc/cpuinfo", "r");
+  if (ci) {
+    char line[256];
+    while (fgets(line, sizeof line, ci))
+      if (!strncmp(line, "model name", 10)) {
+        char *c = strchr(line, ':');
+        if (c) {
+          c++;
+          while (*c == ' ') c++;
+          c[strcspn(c, "\n")] = 0;
+          snprintf(cpu, sizeof cpu, "%s", c);
+        }
+        break;
+      }
+    fclose(ci);
+  }
+  printf("\ntc-bench: %d tc thread%s (%ld cpus online, %s); median of %d runs after %d warm-up%s%s\n", nth,
+         nth == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), cpu, opt.reps, opt.warmup, opt.warmup == 1 ? "" : "s",
+         opt.quick ? " [--quick]" : "");
+  printf("floor: STREAM triad (a = b + s*c, %ld doubles/array, 24 B/elem): 1 thread %.1f GB/s, %d thread%s %.1f GB/s"
+         " (at end: %.1f GB/s)\n",
+         opt.triad_n, bw1, nth, nth == 1 ? "" : "s", bwn, bwn_end);
+  if (bwnt > 0)
+    printf("       the same triad with streaming (non-temporal) stores, %d thread%s: %.1f GB/s (not the floor; a kernel\n"
+           "       that skips the read-for-ownership of its output can beat the floor by up to this much)\n",
+           nth, nth == 1 ? "" : "s", bwnt);
+  printf("\n");
+
+  printf("%-4s %-31s %12s %6s %10s %11s %7s %15s", "id", "workload", "eager", "spread", "bytes", "floor", "ratio",
+         "achieved");
+  if (opt.compiled) printf(" %12s %7s %8s %9s", "compiled", "ratio", "speedup", "regions");
+  printf("\n");
+  int width = 4 + 1 + 31 + 1 + 12 + 1 + 6 + 1 + 10 + 1 + 11 + 1 + 7 + 1 + 15 + (opt.compiled ? 40 : 0);
+  for (int i = 0; i < width; i++) putchar('-');
+  putchar('\n');
+
+  for (int i = 0; i < NWL; i++) {
+    const wl *w = &workloads[i];
+    if (!w->selected) continue;
+    printf("%-4s %-31s ", w->id, w->name);
+    if (!w->eager.ok) {
+      printf("FAILED: %s\n", w->err);
+      continue;
+    }
+    char t[32], b[32], fl[32], ra[32], ach[32];
+    double floor_s = w->bytes > 0 ? w->bytes / (bwn * GB) : 0;
+    fmt_time(t, sizeof t, w, w->eager.med);
+    fmt_rate(ach, sizeof ach, w, w->eager.med);
+    if (w->bytes > 0) {
+      snprintf(b, sizeof b, "%.1f MB", w->bytes / MB);
+      fmt_time(fl, sizeof fl, w, floor_s);
+      snprintf(ra, sizeof ra, "%.2fx", w->eager.med / floor_s);
+    } else {
+      snprintf(b, sizeof b, "-");
+      snprintf(fl, sizeof fl, "-");
+      snprintf(ra, sizeof ra, "-");
+    }
+    printf("%12s %5.1f%% %10s %11s %7s %15s", t, 100.0 * (w->eager.max - w->eager.min) / w->eager.med, b, fl, ra,
+           ach);
+    if (opt.compiled) {
+      if (w->comp.ok) {
+        char ct[32], cr[32], rg[32];
+        fmt_time(ct, sizeof ct, w, w->comp.med);
+        if (floor_s > 0) snprintf(cr, sizeof cr, "%.2fx", w->comp.med / floor_s);
+        else snprintf(cr, sizeof cr, "-");
+        snprintf(rg, sizeof rg, "%llu/%llu", (unsigned long long)w->comp.regions_compiled,
+                 (unsigned long long)w->comp.regions);
+        printf(" %12s %7s %7.2fx %9s", ct, cr, w->eager.med / w->comp.med, rg);
+      } else {
+        printf(" %12s", "FAILED");
+      }
+    }
+    printf("\n");
+    if (w->failed) printf("     FAILED (compiled): %s\n", w->err);
+  }
+  for (int i = 0; i < NWL; i++) {
+    const wl *w = &workloads[i];
+    if (w->selected && w->eager.ok && w->eager.pool_misses > 0)
+      printf("note: %s had %llu allocator pool misses during its timed eager runs\n", w->id,
+             (unsigned long long)w->eager.pool_misses);
+    if (w->selected && w->eager.ok && w->eager.others + w->eager.steal > 0.10)
+      printf("note: %s: other processes used %.0f%% of the CPUs (and %.0f%% was stolen) during its timed runs;"
+             " its figure is not reliable\n",
+             w->id, 100 * w->eager.others, 100 * w->eager.steal);
+  }
+  if (g_others >= 0)
+    printf("machine: other processes used %.0f%% of the CPUs during the whole run, %.0f%% was stolen by the"
+           " hypervisor%s\n",
+           100 * g_others, 100 * g_steal,
+           g_others + g_steal > 0.10 ? " -- the machine was busy: rerun when it is quiet" : "");
+
+  printf("\nlegend:\n"
+         "  eager     median wall time of one run (W5: of one op), tc_compile_set(false); outputs are\n"
+         "            realized (or read) and released inside the timed loop\n"
+         "  spread    (max - min) / median over the timed runs\n"
+         "  bytes     the minimum bytes the workload must move (inputs read once + outputs written once;\n"
+         "            W4 counts only x: a fused kernel never stores x*x; MB = 1e6 bytes)\n"
+         "  floor     bytes / triad bandwidth at %d thread%s: the time the memory system alone needs\n"
+         "  ratio     time / floor; 1.00x is the bandwidth bound, higher is slower\n"
+         "  achieved  bytes / time (GB/s = 1e9 B/s); W6: useful GFLOP/s (2*m*k*n per matmul); W5: ops/s\n",
+         nth, nth == 1 ? "" : "s");
+  if (opt.compiled)
+    printf("  compiled  the same workload after tc_compile_set(true) and %d more warm-ups; regions =\n"
+           "            regions run compiled / regions realized during the timed runs; speedup = eager / compiled\n",
+           opt.warmup_compiled);
+}
+
+/* -- Main ------------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tc-bench [--quick] [--compiled] [--only ID,ID...] [--json FILE] [--reps N] [--keep-going]\n"
+          "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
+          "  --compiled    also time every workload with tc_compile_set(true)\n"
+          "  --only LIST   run only these workloads (ids: W1 W2 W3 W4 W4b W5 W6 W6m W7)\n"
+          "  --json FILE   also write the results as JSON\n"
+          "  --reps N      timed runs per workload (default 11, --quick 3)\n"
+          "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"
+          "Threads: TC_THREADS (tc_threads()); the triad uses the same count.\n");
+}
+
+static bool in_list(const char *list, const char *id) {
+  size_t n = strlen(id);
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && !strncasecmp(p, id, n)) return true;
+    if (!e) break;
+    p = e + 1;
+  }
+  return false;
+}
+
+int main(int argc, char **argv) {
+  opt.reps = 11;
+  opt.warmup = 2;
+  opt.warmup_compiled = 5;
+  opt.overhead_loop = 1000000;
+  opt.triad_n = 32L * 1024 * 1024;
+  opt.triad_reps = 10;
+  int reps_override = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--quick")) opt.quick = true;
+    else if (!strcmp(a, "--compiled")) opt.compiled = true;
+    else if (!strcmp(a, "--keep-going")) opt.keep_going = true;
+    else if (!strcmp(a, "--only") && i + 1 < argc) opt.only = argv[++i];
+    else if (!strcmp(a, "--json") && i + 1 < argc) opt.json_path = argv[++i];
+    else if (!strcmp(a, "--reps") && i + 1 < argc) {
+      reps_override = atoi(argv[++i]);
+      if (reps_override < 1 || reps_override > 64) {
+        fprintf(stderr, "tc-bench: --reps takes 1..64\n");
+        return 2;
+      }
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "tc-bench: unknown or incomplete argument '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (opt.quick) {
+    opt.reps = 3;
+    opt.overhead_loop = 100000;
+    opt.triad_n = 8L * 1024 * 1024;
+    opt.triad_reps = 4;
+  }
+  if (reps_override) opt.reps = reps_override;
+
+  int nsel = 0;
+  for (int i = 0; i < NWL; i++) {
+    wl *w = &workloads[i];
+    w->selected = !opt.only || in_list(opt.only, w->id);
+    if (w->inner > 1) w->inner = opt.overhead_loop;
+    nsel += w->selected;
+  }
+  if (!nsel) {
+    fprintf(stderr, "tc-bench: --only '%s' names no workload\n", opt.only);
+    return 2;
+  }
+
+  int nth = tc_threads();
+  if (nth < 1) {
+    fprintf(stderr, "tc-bench: tc_threads() = %d\n", nth);
+    return 1;
+  }
+
+  /* The floor, measured now on this machine. */
+  long n = opt.triad_n;
+  fprintf(stderr, "tc-bench: triad over 3 x %ld doubles (%.0f MiB) ...\n", n, 3.0 * n * 8 / (1 << 20));
+  cpu_snap run0 = cpu_snap_take();
+  double *a = triad_alloc(n), *b = triad_alloc(n), *c = triad_alloc(n);
+  double bwn = triad_gbs(a, b, c, n, nth, opt.triad_reps, true, false);
+  double bw1 = triad_gbs(a, b, c, n, 1, opt.triad_reps, false, false);
+#if defined(__SSE2__)
+  double bwnt = triad_gbs(a, b, c, n, nth, opt.triad_reps, false, true);
+#else
+  double bwnt = 0;
+#endif
+
+  int failed = 0;
+  for (int i = 0; i < NWL; i++) {
+    if (!workloads[i].selected) continue;
+    run_workload(&workloads[i]);
+    failed += workloads[i].failed;
+  }
+
+  /* Re-measure the floor: a drifting machine shows up here. */
+  double bwn_end = triad_gbs(a, b, c, n, nth, opt.triad_reps, false, false);
+  g_others = cpu_others(run0, cpu_snap_take(), &g_steal);
+  free(a);
+  free(b);
+  free(c);
+
+  print_table(nth, bw1, bwn, bwn_end, bwnt);
+  if (opt.json_path) write_json(opt.json_path, nth, bw1, bwn, bwn_end, bwnt);
+  return failed ? 1 : 0;
+}

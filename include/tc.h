@@ -1,0 +1,260 @@
+/*
+** tc.h -- the public API of tc, a tracing tensor runtime with kernel fusion.
+**
+** Eager by default: every op runs when it is called, as in PyTorch. With
+** TC_COMPILE=1 (or tc_compile_set(true)) the same program is traced, fused
+** and JIT-compiled; results stay bitwise equal on CPU.
+**
+** Conventions
+**   - Every function returning tc_tensor * returns a NEW reference (release it
+**     with tc_release) or NULL on error. Tensor arguments are borrowed.
+**   - On error a thread-local message is set (tc_last_error()). An op given a
+**     NULL tensor returns NULL and keeps the first error, so calls can be
+**     chained and checked once at the end. Inputs are never modified by a
+**     failing op, and no op aborts the process on bad input.
+**   - Successful calls do not clear the error: check the return value first,
+**     as with errno. tc_clear_error() resets it.
+**   - Shapes are (int ndim, const int64_t *shape); TC_SHAPE(2, 3) expands to
+**     `2, (const int64_t[]){2, 3}`.
+**   - Dims may be negative (counting from the end), as in PyTorch.
+*/
+#ifndef TC_H
+#define TC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TC_BUILDING) && defined(__GNUC__)
+#define TC_API __attribute__((visibility("default")))
+#else
+#define TC_API
+#endif
+
+#define TC_MAX_DIMS 8
+
+/* -- Types ----------------------------------------------------------------- */
+
+typedef struct tc_tensor tc_tensor;   /* opaque, refcounted handle */
+
+/* ORDER DTYPE: promotion ranks follow this order within a category. */
+typedef enum {
+  TC_BOOL,
+  TC_I32,
+  TC_I64,
+  TC_F32,
+  TC_F64,
+  TC_DTYPE__MAX
+} tc_dtype;
+
+/* Counters; see tc_stats_get(). All are per process. */
+typedef struct {
+  uint64_t ops;               /* ops dispatched */
+  uint64_t regions;           /* regions realized (compile mode) */
+  uint64_t regions_compiled;  /* ... run through compiled kernels */
+  uint64_t regions_eager;     /* ... run by eager kernels */
+  uint64_t kernels_compiled;  /* JIT compiles in this process */
+  uint64_t kernels_loaded;    /* kernels loaded from the disk store */
+  uint64_t kernels_launched;  /* kernel launches, eager and compiled */
+  uint64_t guard_failures;
+  uint64_t compile_failures;
+  double compile_ms;          /* total JIT compile time */
+  uint64_t bytes_allocated;   /* bytes currently held by live storages */
+  uint64_t pool_hits;         /* allocations served from the caching pool */
+  uint64_t pool_misses;       /* allocations that went to the system */
+} tc_stats;
+
+#define TC_SHAPE(...) \
+  (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
+  (const int64_t[]){__VA_ARGS__}
+
+/* -- Lifetime and scopes --------------------------------------------------- */
+
+TC_API tc_tensor *tc_retain(tc_tensor *t);   /* returns t; NULL-safe */
+TC_API void tc_release(tc_tensor *t);        /* NULL-safe */
+
+/* A scope owns every tensor created on this thread after its mark.
+** tc_scope_end(mark) releases them all except those passed to tc_keep(),
+** which move to the enclosing scope (or to the caller when none is open).
+** Releasing a scoped tensor yourself before the scope ends is allowed. */
+TC_API size_t tc_scope_begin(void);
+TC_API void tc_scope_end(size_t mark);
+TC_API tc_tensor *tc_keep(tc_tensor *t);     /* returns t */
+
+/* -- Creation (CPU) -------------------------------------------------------- */
+
+TC_API tc_tensor *tc_empty(tc_dtype dt, int ndim, const int64_t *shape);
+TC_API tc_tensor *tc_zeros(tc_dtype dt, int ndim, const int64_t *shape);
+TC_API tc_tensor *tc_ones(tc_dtype dt, int ndim, const int64_t *shape);
+TC_API tc_tensor *tc_full(tc_dtype dt, int ndim, const int64_t *shape,
+                          double value);
+/* 1-D [start, start+step, ...) below end (above end for negative step). */
+TC_API tc_tensor *tc_arange(tc_dtype dt, double start, double end,
+                            double step);
+/* Uniform [0, 1) and standard normal; deterministic for a given seed. */
+TC_API tc_tensor *tc_rand(tc_dtype dt, int ndim, const int64_t *shape,
+                          uint64_t seed);
+TC_API tc_tensor *tc_randn(tc_dtype dt, int ndim, const int64_t *shape,
+                           uint64_t seed);
+/* Copies nbytes = numel * element size from data (C order). */
+TC_API tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
+                               const void *data, size_t nbytes);
+
+/* -- Reading (realization points) ----------------------------------------- */
+
+/* Copy t in C order into dst; nbytes must equal numel * element size. */
+TC_API int tc_copy_to(tc_tensor *t, void *dst, size_t nbytes);
+/* The single element of a one-element tensor, converted to double. */
+TC_API int tc_item(tc_tensor *t, double *out);
+/* Pointer to t's data: valid while t lives; t is made contiguous in place
+** (its storage replaced) when it is not already. */
+TC_API void *tc_data(tc_tensor *t);
+TC_API int tc_realize(tc_tensor *t);
+TC_API int tc_sync(void);
+
+/* -- Metadata -------------------------------------------------------------- */
+
+TC_API int tc_ndim(const tc_tensor *t);                /* -1 on NULL */
+TC_API int64_t tc_size(const tc_tensor *t, int dim);   /* -1 on error */
+TC_API int64_t tc_stride(const tc_tensor *t, int dim); /* in elements */
+TC_API int64_t tc_numel(const tc_tensor *t);           /* -1 on NULL */
+TC_API tc_dtype tc_dtype_of(const tc_tensor *t);       /* TC_DTYPE__MAX on NULL */
+TC_API bool tc_is_contiguous(const tc_tensor *t);
+TC_API const char *tc_dtype_name(tc_dtype dt);
+TC_API size_t tc_dtype_size(tc_dtype dt);              /* 0 if invalid */
+/* The dtype binary ops produce (PyTorch's promotion, see docs/API.md). */
+TC_API tc_dtype tc_promote(tc_dtype a, tc_dtype b);
+
+/* -- Elementwise (NumPy broadcasting, PyTorch type promotion) -------------- */
+
+TC_API tc_tensor *tc_neg(tc_tensor *a);
+TC_API tc_tensor *tc_abs(tc_tensor *a);
+TC_API tc_tensor *tc_exp(tc_tensor *a);
+TC_API tc_tensor *tc_log(tc_tensor *a);
+TC_API tc_tensor *tc_sqrt(tc_tensor *a);
+TC_API tc_tensor *tc_rsqrt(tc_tensor *a);
+TC_API tc_tensor *tc_sin(tc_tensor *a);
+TC_API tc_tensor *tc_cos(tc_tensor *a);
+TC_API tc_tensor *tc_tanh(tc_tensor *a);
+TC_API tc_tensor *tc_sigmoid(tc_tensor *a);
+TC_API tc_tensor *tc_relu(tc_tensor *a);
+TC_API tc_tensor *tc_gelu(tc_tensor *a);      /* tanh approximation */
+TC_API tc_tensor *tc_silu(tc_tensor *a);
+
+TC_API tc_tensor *tc_add(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_sub(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_mul(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_div(tc_tensor *a, tc_tensor *b);   /* true division */
+TC_API tc_tensor *tc_pow(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_maximum(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_minimum(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_eq(tc_tensor *a, tc_tensor *b);    /* -> TC_BOOL */
+TC_API tc_tensor *tc_ne(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_lt(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_le(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_gt(tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_ge(tc_tensor *a, tc_tensor *b);
+/* cond ? a : b, elementwise; cond is converted to bool. */
+TC_API tc_tensor *tc_where(tc_tensor *cond, tc_tensor *a, tc_tensor *b);
+TC_API tc_tensor *tc_clamp(tc_tensor *a, double lo, double hi);
+TC_API tc_tensor *tc_cast(tc_tensor *a, tc_dtype dt);
+
+/* Scalars are doubles. A float tensor keeps its dtype. With an integer or
+** bool tensor, a whole-number scalar acts like a Python int (the integer
+** dtype is kept; bool becomes i64) and any other like a Python float (the
+** result is f32). Division and pow always give a float dtype. */
+TC_API tc_tensor *tc_add_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_sub_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_mul_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_div_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_pow_scalar(tc_tensor *a, double s);
+
+/* -- Reductions ------------------------------------------------------------ */
+
+TC_API tc_tensor *tc_sum(tc_tensor *a, int dim, bool keepdim);
+TC_API tc_tensor *tc_mean(tc_tensor *a, int dim, bool keepdim);
+TC_API tc_tensor *tc_max(tc_tensor *a, int dim, bool keepdim);
+TC_API tc_tensor *tc_min(tc_tensor *a, int dim, bool keepdim);
+TC_API tc_tensor *tc_argmax(tc_tensor *a, int dim, bool keepdim); /* TC_I64 */
+TC_API tc_tensor *tc_sum_all(tc_tensor *a);                       /* 0-d */
+
+/* -- Composites ------------------------------------------------------------ */
+
+TC_API tc_tensor *tc_softmax(tc_tensor *a, int dim);
+TC_API tc_tensor *tc_log_softmax(tc_tensor *a, int dim);
+/* Over the last dim; gamma and beta have that dim's size, or may be NULL. */
+TC_API tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma,
+                                tc_tensor *beta, double eps);
+
+/* -- Matmul ---------------------------------------------------------------- */
+
+/* (m,k)@(k,n), (b,m,k)@(b,k,n), and a 2-D operand broadcast over a batch. */
+TC_API tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b);
+
+/* -- Views (never copy) ---------------------------------------------------- */
+
+/* One dim may be -1 (inferred). Copies only when the strides do not allow a
+** view (like torch.reshape); tc_view-like strictness is not offered. */
+TC_API tc_tensor *tc_reshape(tc_tensor *a, int ndim, const int64_t *shape);
+TC_API tc_tensor *tc_permute(tc_tensor *a, int ndim, const int *perm);
+TC_API tc_tensor *tc_transpose(tc_tensor *a, int d0, int d1);
+/* Python's a[start:end:step] along dim; step > 0; start/end clamp. */
+TC_API tc_tensor *tc_slice(tc_tensor *a, int dim, int64_t start, int64_t end,
+                           int64_t step);
+/* Size-1 dims broadcast to the new size (stride 0); -1 keeps a size. */
+TC_API tc_tensor *tc_expand(tc_tensor *a, int ndim, const int64_t *shape);
+TC_API tc_tensor *tc_unsqueeze(tc_tensor *a, int dim);
+/* dim of size 1 removed; dim == TC_ALL_DIMS removes every size-1 dim. */
+#define TC_ALL_DIMS (-128)
+TC_API tc_tensor *tc_squeeze(tc_tensor *a, int dim);
+/* a itself (retained) when already contiguous, else a contiguous copy. */
+TC_API tc_tensor *tc_contiguous(tc_tensor *a);
+
+/* -- In-place (write through views into the shared storage) ---------------- */
+
+/* Each returns 0, or -1 with dst unchanged. src broadcasts to dst's shape
+** (dst itself never broadcasts). The op computes in the promoted dtype and
+** the result is cast to dst's dtype, as in PyTorch: a result of a higher
+** category (bool < integer < float) than dst is an error, except for
+** tc_copy_, which casts anything. Writes go through views: every tensor
+** sharing dst's storage sees them. */
+TC_API int tc_copy_(tc_tensor *dst, tc_tensor *src);
+TC_API int tc_add_(tc_tensor *dst, tc_tensor *src);
+TC_API int tc_sub_(tc_tensor *dst, tc_tensor *src);
+TC_API int tc_mul_(tc_tensor *dst, tc_tensor *src);
+TC_API int tc_div_(tc_tensor *dst, tc_tensor *src);
+TC_API int tc_add_scalar_(tc_tensor *dst, double s);
+TC_API int tc_sub_scalar_(tc_tensor *dst, double s);
+TC_API int tc_mul_scalar_(tc_tensor *dst, double s);
+TC_API int tc_div_scalar_(tc_tensor *dst, double s);
+TC_API int tc_fill_(tc_tensor *dst, double value);
+
+/* -- Devices --------------------------------------------------------------- */
+
+TC_API bool tc_cuda_available(void);
+/* Copy to "cpu" or "cuda" (returns t retained when already there). */
+TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
+
+/* -- Control and introspection --------------------------------------------- */
+
+/* Overrides TC_COMPILE for this process. */
+TC_API void tc_compile_set(bool on);
+TC_API bool tc_compile_enabled(void);
+/* Threads used by CPU kernels (TC_THREADS, default: all cores). */
+TC_API int tc_threads(void);
+TC_API void tc_stats_get(tc_stats *out);
+TC_API void tc_stats_reset(void);
+
+/* -- Errors ---------------------------------------------------------------- */
+
+TC_API const char *tc_last_error(void);   /* NULL when no error is set */
+TC_API void tc_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

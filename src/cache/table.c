@@ -1,0 +1,113 @@
+/*
+** table.c -- the in-memory region table: an open hash of structures, each
+** with a short list of guard variants (most recent first, since loops
+** repeat the last shape).
+*/
+#include <stdlib.h>
+
+#include "cache.h"
+
+#define NBUCKET 1024
+
+static cache_struct *bucket[NBUCKET];
+static cache_config cfg = { .hot = 2, .recompile_limit = 8 };
+
+void cache_configure(const cache_config *c) { cfg = *c; }
+
+const cache_config *cache_cfg(void) { return &cfg; }
+
+cache_struct *cache_struct_get(uint64_t hash)
+{
+  cache_struct **b = &bucket[hash % NBUCKET];
+  for (cache_struct *s = *b; s; s = s->next)
+    if (s->hash == hash)
+      return s;
+  cache_struct *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->hash = hash;
+  s->next = *b;
+  *b = s;
+  return s;
+}
+
+cache_entry *cache_variant_find(cache_struct *s, int n,
+                                const tc_tensor *const *ins)
+{
+  for (cache_entry *e = s->variants; e; e = e->next)
+    if (e != s->dynamic && guard_check(e->guards, n, ins))
+      return e;
+  if (s->dynamic && guard_check(s->dynamic->guards, n, ins))
+    return s->dynamic;
+  return NULL;
+}
+
+cache_entry *cache_variant_add(cache_struct *s, int n,
+                               const tc_tensor *const *ins)
+{
+  bool dynamic = s->want_dynamic;
+  cache_entry *e = calloc(1, sizeof *e);
+  if (!e)
+    return NULL;
+  e->guards = guard_build(n, ins, dynamic);
+  if (!e->guards) {
+    free(e);
+    return NULL;
+  }
+  e->owner = s;
+  e->state = CACHE_COLD;
+  e->next = s->variants;
+  s->variants = e;
+  s->nvariants++;
+  if (dynamic)
+    s->dynamic = e;
+  else if (s->nvariants >= cfg.recompile_limit)
+    s->want_dynamic = true;
+  return e;
+}
+
+bool cache_hit(cache_entry *e)
+{
+  e->hits++;
+  return e->state == CACHE_COLD && e->hits == (uint64_t)cfg.hot;
+}
+
+static void entry_free(cache_entry *e)
+{
+  if (e->plan && e->plan_free)
+    e->plan_free(e->plan);
+  guard_free(e->guards);
+  free(e);
+}
+
+void cache_clear(void)
+{
+  for (int b = 0; b < NBUCKET; b++) {
+    cache_struct *s = bucket[b];
+    while (s) {
+      cache_struct *next = s->next;
+      cache_entry *e = s->variants;
+      while (e) {
+        cache_entry *en = e->next;
+        entry_free(e);
+        e = en;
+      }
+      free(s);
+      s = next;
+    }
+    bucket[b] = NULL;
+  }
+}
+
+void cache_counts(int *structs, int *variants)
+{
+  int ns = 0, nv = 0;
+  for (int b = 0; b < NBUCKET; b++)
+    for (cache_struct *s = bucket[b]; s; s = s->next) {
+      ns++;
+      for (cache_entry *e = s->variants; e; e = e->next)
+        nv++;
+    }
+  *structs = ns;
+  *variants = nv;
+}

@@ -1,0 +1,437 @@
+/*
+** api_tensor.c -- the public creation, reading, view and device functions.
+** Views dispatch too (trace records them as lazy views); creation makes
+** materialized CPU tensors directly.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "eager.h"
+
+static tc_tensor *handed_out(tc_tensor *t)
+{
+  tensor_scope_track(t);
+  return t;
+}
+
+/* -- Creation ---------------------------------------------------------------- */
+
+static bool dtype_ok(const char *fn, tc_dtype dt)
+{
+  if (tensor_dtype_valid(dt))
+    return true;
+  tc_seterr(TC_E_DTYPE, "%s: invalid dtype %d", fn, (int)dt);
+  return false;
+}
+
+static tc_tensor *create(const char *fn, tc_dtype dt, int ndim,
+                         const int64_t *shape)
+{
+  eager_init();
+  if (!dtype_ok(fn, dt) || tensor_check_shape(fn, ndim, shape) < 0)
+    return NULL;
+  tc_tensor *t = tensor_new(dt, ndim, shape);
+  if (!t)
+    tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+  return t;
+}
+
+typedef struct {
+  tc_dtype dt;
+  char *p;
+  double v;
+} fill_job;
+
+static void fill_range(void *ctx, int64_t lo, int64_t hi)
+{
+  const fill_job *j = ctx;
+  eager_convert(j->dt, j->p + lo * (int64_t)tensor_dtype_size[j->dt], 1,
+                TC_F64, &j->v, 0, hi - lo);
+}
+
+static tc_tensor *filled(const char *fn, tc_dtype dt, int ndim,
+                         const int64_t *shape, double v)
+{
+  tc_tensor *t = create(fn, dt, ndim, shape);
+  if (t) {
+    fill_job j = { dt, tensor_ptr(t), v };
+    eager_parallel(t->numel, 1 << 16, fill_range, &j);
+  }
+  return handed_out(t);
+}
+
+tc_tensor *tc_empty(tc_dtype dt, int ndim, const int64_t *shape)
+{
+  return handed_out(create(__func__, dt, ndim, shape));
+}
+
+tc_tensor *tc_zeros(tc_dtype dt, int ndim, const int64_t *shape)
+{
+  return filled(__func__, dt, ndim, shape, 0.0);
+}
+
+tc_tensor *tc_ones(tc_dtype dt, int ndim, const int64_t *shape)
+{
+  return filled(__func__, dt, ndim, shape, 1.0);
+}
+
+tc_tensor *tc_full(tc_dtype dt, int ndim, const int64_t *shape, double v)
+{
+  return filled(__func__, dt, ndim, shape, v);
+}
+
+tc_tensor *tc_arange(tc_dtype dt, double start, double end, double step)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0) {
+    tc_seterr(TC_E_ARG, "%s: start, end and step must be finite and step "
+              "non-zero", fn);
+    return NULL;
+  }
+  double count = ceil((end - start) / step);
+  if (count > 0x1p50) {
+    tc_seterr(TC_E_SHAPE, "%s: %g elements is too many", fn, count);
+    return NULL;
+  }
+  int64_t n = count > 0 ? (int64_t)count : 0;
+  tc_tensor *t = create(fn, dt, 1, &n);
+  if (!t)
+    return NULL;
+  /* Computed in double, then converted: exact for every integer dtype. */
+  size_t esz = tensor_dtype_size[dt];
+  char *p = tensor_ptr(t);
+  for (int64_t i = 0; i < n; i++) {
+    double v = start + (double)i * step;
+    eager_convert(dt, p + i * (int64_t)esz, 1, TC_F64, &v, 1, 1);
+  }
+  return handed_out(t);
+}
+
+/* splitmix64 of (seed, index): counter-based, so any element can be made
+** independently and results do not depend on threads. */
+static uint64_t mix(uint64_t seed, uint64_t i)
+{
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t seed, uint64_t i)   /* [0, 1), 53 bits */
+{
+  return (double)(mix(seed, i) >> 11) * 0x1p-53;
+}
+
+typedef struct {
+  tc_tensor *t;
+  uint64_t seed;
+  bool normal;
+} rand_job;
+
+static void rand_range(void *ctx, int64_t lo, int64_t hi)
+{
+  const rand_job *j = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    double v;
+    if (!j->normal) {
+      v = uniform(j->seed, (uint64_t)i);
+    } else {   /* Box-Muller over the pair (i & ~1, i | 1) */
+      uint64_t p = (uint64_t)i & ~(uint64_t)1;
+      double u1 = 1.0 - uniform(j->seed, p), u2 = uniform(j->seed, p + 1);
+      double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+      v = (i & 1) ? r * sin(th) : r * cos(th);
+    }
+    if (j->t->dtype == TC_F32) {
+      float f = (float)v;
+      if (!j->normal && f >= 1.0f)   /* rounding up to 1 leaves [0, 1) */
+        f = 0x1.fffffep-1f;
+      ((float *)tensor_ptr(j->t))[i] = f;
+    } else {
+      ((double *)tensor_ptr(j->t))[i] = v;
+    }
+  }
+}
+
+static tc_tensor *random_tensor(const char *fn, tc_dtype dt, int ndim,
+                                const int64_t *shape, uint64_t seed,
+                                bool normal)
+{
+  if (tensor_dtype_valid(dt) && !tensor_dtype_is_float(dt)) {
+    tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s (needs f32 or f64)", fn,
+              tc_dtype_name(dt));
+    return NULL;
+  }
+  tc_tensor *t = create(fn, dt, ndim, shape);
+  if (t) {
+    rand_job j = { t, seed, normal };
+    eager_parallel(t->numel, 1 << 15, rand_range, &j);
+  }
+  return handed_out(t);
+}
+
+tc_tensor *tc_rand(tc_dtype dt, int ndim, const int64_t *shape, uint64_t s)
+{
+  return random_tensor(__func__, dt, ndim, shape, s, false);
+}
+
+tc_tensor *tc_randn(tc_dtype dt, int ndim, const int64_t *shape, uint64_t s)
+{
+  return random_tensor(__func__, dt, ndim, shape, s, true);
+}
+
+tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
+                        const void *data, size_t nbytes)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!dtype_ok(fn, dt))
+    return NULL;
+  int64_t n = tensor_check_shape(fn, ndim, shape);
+  if (n < 0)
+    return NULL;
+  size_t want = (size_t)n * tensor_dtype_size[dt];
+  if (nbytes != want) {
+    tc_seterr(TC_E_ARG, "%s: nbytes is %zu but the shape needs %zu", fn,
+              nbytes, want);
+    return NULL;
+  }
+  if (!data && n > 0) {
+    tc_seterr_null(fn);
+    return NULL;
+  }
+  tc_tensor *t = create(fn, dt, ndim, shape);
+  if (t && n > 0)
+    eager_convert(dt, tensor_ptr(t), 1, dt, data, 1, n);
+  if (t && dt == TC_BOOL) {   /* normalize bytes to 0/1 */
+    uint8_t *b = tensor_ptr(t);
+    for (int64_t i = 0; i < n; i++)
+      b[i] = b[i] != 0;
+  }
+  return handed_out(t);
+}
+
+/* -- Reading ----------------------------------------------------------------- */
+
+/* Reading is a realization point: lazy values and pending writes are
+** computed first. */
+static bool materialized(const char *fn, tc_tensor *t)
+{
+  if (!t) {
+    tc_seterr_null(fn);
+    return false;
+  }
+  if (tensor_make_readable(t) < 0)
+    return false;
+  if (t->lazy || !t->storage) {
+    tc_seterr(TC_E_INTERNAL, "%s: tensor is not materialized", fn);
+    return false;
+  }
+  return true;
+}
+
+int tc_copy_to(tc_tensor *t, void *dst, size_t nbytes)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!materialized(fn, t))
+    return -1;
+  size_t want = (size_t)t->numel * tensor_dtype_size[t->dtype];
+  if (nbytes != want)
+    return tc_seterr(TC_E_ARG, "%s: nbytes is %zu but the tensor holds %zu",
+                     fn, nbytes, want), -1;
+  if (!dst && want > 0)
+    return tc_seterr_null(fn), -1;
+  if (want == 0)
+    return 0;
+  if (tensor_is_contiguous(t)) {
+    memcpy(dst, tensor_ptr(t), want);
+    return 0;
+  }
+  /* Gather straight into the caller's buffer through a borrowed storage. */
+  tensor_storage s = { .device = TC_DEV_CPU, .nbytes = want, .data = dst };
+  atomic_init(&s.refs, 1);
+  tc_tensor out = *t;
+  atomic_init(&out.refs, 1);
+  out.storage = &s;
+  out.offset = 0;
+  out.scope_slot = -1;
+  tensor_contiguous_strides(t->ndim, t->shape, out.stride);
+  eager_copy_into(&out, t);
+  return 0;
+}
+
+int tc_item(tc_tensor *t, double *out)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!materialized(fn, t))
+    return -1;
+  if (!out)
+    return tc_seterr_null(fn), -1;
+  if (t->numel != 1)
+    return tc_seterr(TC_E_SHAPE, "%s: tensor has %lld elements, not 1", fn,
+                     (long long)t->numel), -1;
+  eager_convert(TC_F64, out, 1, (tc_dtype)t->dtype, tensor_ptr(t), 1, 1);
+  return 0;
+}
+
+void *tc_data(tc_tensor *t)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!materialized(fn, t))
+    return NULL;
+  if (tensor_is_contiguous(t))
+    return tensor_ptr(t);
+  /* Give t a contiguous storage of its own; other views keep the old one. */
+  tc_tensor *c = eager_contiguous_copy(t, (tc_dtype)t->dtype);
+  if (!c)
+    return NULL;
+  tensor_storage *old = t->storage;
+  t->storage = c->storage;
+  c->storage = old;
+  t->offset = 0;
+  tensor_contiguous_strides(t->ndim, t->shape, t->stride);
+  tensor_unref(c);
+  return tensor_ptr(t);
+}
+
+int tc_realize(tc_tensor *t)
+{
+  eager_init();
+  if (!t)
+    return tc_seterr_null(__func__), -1;
+  return tensor_make_readable(t);
+}
+
+int tc_sync(void)
+{
+  eager_init();
+  return tensor_hooks.sync ? tensor_hooks.sync() : 0;
+}
+
+/* -- Views --------------------------------------------------------------------- */
+
+static tc_tensor *view_of(const char *fn, tc_tensor *a, const tensor_geom *g)
+{
+  eager_call c = { .op = TC_OP_VIEW, .fn = fn, .nin = 1, .in = { a },
+                   .dtype = (tc_dtype)a->dtype, .view = *g, .ndim = g->ndim };
+  c.cdtype = c.dtype;
+  memcpy(c.shape, g->shape, sizeof(int64_t) * g->ndim);
+  return eager_dispatch(&c);
+}
+
+static tc_tensor *contiguous_of(const char *fn, tc_tensor *a)
+{
+  eager_call c = { .op = TC_OP_CONTIGUOUS, .fn = fn, .nin = 1, .in = { a },
+                   .dtype = (tc_dtype)a->dtype, .ndim = a->ndim };
+  c.cdtype = c.dtype;
+  memcpy(c.shape, a->shape, sizeof(int64_t) * a->ndim);
+  return eager_dispatch(&c);
+}
+
+#define VIEW_BEGIN(a)                  \
+  eager_init();                        \
+  if (!(a)) {                          \
+    tc_seterr_null(__func__);          \
+    return NULL;                       \
+  }                                    \
+  tensor_geom g;                       \
+  tensor_geom_of(a, &g)
+
+tc_tensor *tc_reshape(tc_tensor *a, int ndim, const int64_t *shape)
+{
+  VIEW_BEGIN(a);
+  int rc = tensor_geom_reshape(__func__, &g, ndim, shape);
+  if (rc < 0)
+    return NULL;
+  if (rc == 0)
+    return handed_out(view_of(__func__, a, &g));
+  /* The strides do not allow a view: copy, then view the copy. */
+  tc_tensor *c = contiguous_of(__func__, a);
+  tc_tensor *v = c ? view_of(__func__, c, &g) : NULL;
+  tensor_unref(c);
+  return handed_out(v);
+}
+
+tc_tensor *tc_permute(tc_tensor *a, int ndim, const int *perm)
+{
+  VIEW_BEGIN(a);
+  if (tensor_geom_permute(__func__, &g, ndim, perm) < 0)
+    return NULL;
+  return handed_out(view_of(__func__, a, &g));
+}
+
+tc_tensor *tc_transpose(tc_tensor *a, int d0, int d1)
+{
+  VIEW_BEGIN(a);
+  if (tensor_geom_transpose(__func__, &g, d0, d1) < 0)
+    return NULL;
+  return handed_out(view_of(__func__, a, &g));
+}
+
+tc_tensor *tc_slice(tc_tensor *a, int dim, int64_t start, int64_t end,
+                    int64_t step)
+{
+  VIEW_BEGIN(a);
+  if (tensor_geom_slice(__func__, &g, dim, start, end, step) < 0)
+    return NULL;
+  return handed_out(view_of(__func__, a, &g));
+}
+
+tc_tensor *tc_expand(tc_tensor *a, int ndim, const int64_t *shape)
+{
+  VIEW_BEGIN(a);
+  if (tensor_geom_expand(__func__, &g, ndim, shape) < 0)
+    return NULL;
+  return handed_out(view_of(__func__, a, &g));
+}
+
+tc_tensor *tc_unsqueeze(tc_tensor *a, int dim)
+{
+  VIEW_BEGIN(a);
+  if (tensor_geom_unsqueeze(__func__, &g, dim) < 0)
+    return NULL;
+  return handed_out(view_of(__func__, a, &g));
+}
+
+tc_tensor *tc_squeeze(tc_tensor *a, int dim)
+{
+  VIEW_BEGIN(a);
+  if (tensor_geom_squeeze(__func__, &g, dim) < 0)
+    return NULL;
+  return handed_out(view_of(__func__, a, &g));
+}
+
+tc_tensor *tc_contiguous(tc_tensor *a)
+{
+  eager_init();
+  if (!a) {
+    tc_seterr_null(__func__);
+    return NULL;
+  }
+  return handed_out(contiguous_of(__func__, a));
+}
+
+/* -- Devices ------------------------------------------------------------------- */
+
+tc_tensor *tc_to(tc_tensor *t, const char *device)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!t || !device) {
+    tc_seterr_null(fn);
+    return NULL;
+  }
+  if (strcmp(device, "cpu") == 0)
+    return handed_out(tc_retain(t));
+  if (strncmp(device, "cuda", 4) == 0) {
+    tc_seterr(TC_E_DEVICE, "%s: CUDA is not available in this build (no "
+              "CUDA backend yet)", fn);
+    return NULL;
+  }
+  tc_seterr(TC_E_ARG, "%s: unknown device \"%s\" (expected \"cpu\" or "
+            "\"cuda\")", fn, device);
+  return NULL;
+}

@@ -1,0 +1,131 @@
+/*
+** eager.h -- the dispatcher, the eager CPU kernels and the thread pool.
+** Public ops validate their arguments (tensor/infer.c), fill an eager_call
+** and dispatch it; the handler registered for the winning key runs it.
+*/
+#ifndef TC_EAGER_H
+#define TC_EAGER_H
+
+#include "../tensor/tensor.h"
+
+/* -- Calls and the dispatcher --------------------------------------------- */
+
+/* One op call, already validated: every field a handler needs. */
+typedef struct eager_call {
+  tc_op op;
+  const char *fn;               /* public name, for messages */
+  int nin;
+  tc_tensor *in[3];             /* borrowed */
+  double s[2];                  /* scalar arguments (op_table[op].nsc) */
+  int dim;                      /* reductions, softmax: normalized dim */
+  bool keepdim;
+  tc_dtype dtype;               /* result dtype */
+  tc_dtype cdtype;              /* compute dtype (pointwise) */
+  int ndim;                     /* result shape */
+  int64_t shape[TC_MAX_DIMS];
+  tensor_geom view;             /* VIEW: geometry of the result */
+  tc_tensor *dst;               /* M ops: the in-place target (borrowed) */
+} eager_call;
+
+/* A handler returns a new reference, or NULL with the error set. For M ops
+** it returns c->dst (no new reference) on success. */
+typedef tc_tensor *(*eager_kernel)(const eager_call *c);
+
+void eager_register(tc_key key, tc_op op, eager_kernel fn);
+/* The handler registered for (key, op), or NULL. */
+eager_kernel eager_lookup(tc_key key, tc_op op);
+/* Run c on the highest key of (input keys | include) - exclude that has a
+** handler for c->op. */
+tc_tensor *eager_dispatch(const eager_call *c);
+
+/* Thread-local include and exclude key sets (PyTorch's TLS key sets);
+** the global include set holds TRACE while compile mode is on. */
+typedef struct {
+  uint32_t include, exclude;
+} eager_tls_keys;
+eager_tls_keys eager_tls_get(void);
+void eager_tls_set(eager_tls_keys k);
+void eager_global_include(uint32_t keys, bool on);
+
+/* -- Process state: configuration and counters ---------------------------- */
+
+typedef struct {
+  int threads;          /* TC_THREADS, default all cores */
+  bool compile;         /* TC_COMPILE */
+  bool stats_at_exit;   /* TC_STATS */
+} eager_config;
+
+const eager_config *eager_cfg(void);
+void eager_init(void);   /* idempotent; called by every entry point */
+
+typedef enum {
+  ST_OPS, ST_REGIONS, ST_REGIONS_COMPILED, ST_REGIONS_EAGER,
+  ST_KERNELS_COMPILED, ST_KERNELS_LOADED, ST_KERNELS_LAUNCHED,
+  ST_GUARD_FAILURES, ST_COMPILE_FAILURES, ST__MAX
+} eager_stat;
+extern _Atomic uint64_t eager_stats[ST__MAX];
+static inline void eager_count(eager_stat s)
+{
+  atomic_fetch_add_explicit(&eager_stats[s], 1, memory_order_relaxed);
+}
+void eager_add_compile_ms(double ms);
+
+/* -- Thread pool ----------------------------------------------------------- */
+
+/* Run fn over [0, n) split into at most tc_threads() contiguous ranges.
+** Ranges shorter than grain run on the calling thread. fn never sees an
+** empty range. The split must not change results: callers that reduce use
+** fixed chunks (see reduce.c). */
+typedef void (*eager_range_fn)(void *ctx, int64_t lo, int64_t hi);
+void eager_parallel(int64_t n, int64_t grain, eager_range_fn fn, void *ctx);
+
+/* -- Kernels (CPU) ---------------------------------------------------------- */
+
+/* Convert n elements between dtypes; strides in elements (src may be 0). */
+void eager_convert(tc_dtype dd, void *dst, int64_t dstride, tc_dtype sd,
+                   const void *src, int64_t sstride, int64_t n);
+/* Copy src (any layout) into dst (any layout, same shape), converting. */
+void eager_copy_into(tc_tensor *dst, const tc_tensor *src);
+/* A new contiguous tensor with t's values (dtype dt). */
+tc_tensor *eager_contiguous_copy(const tc_tensor *t, tc_dtype dt);
+
+void eager_register_cpu_pointwise(void);
+void eager_register_cpu_reduce(void);
+void eager_register_cpu_composite(void);
+void eager_register_cpu_matmul(void);
+void eager_register_cpu_misc(void);
+
+/* Canonical reduction order (principle 2), shared by every kernel that
+** sums: chunks of EAGER_CHUNK elements; within a chunk EAGER_LANES lane
+** accumulators (element i goes to lane i % EAGER_LANES, starting from -0),
+** combined by halving (lane j += lane j + w, for w = LANES/2 .. 1); chunk
+** partials combined pairwise by levels (p[i] = p[2i] + p[2i+1], an odd
+** last one carried up). */
+#define EAGER_LANES 16
+#define EAGER_CHUNK 4096
+/* Sum n contiguous values in canonical order (f32 and f64). Serial. */
+float eager_sum_f32(const float *x, int64_t n);
+double eager_sum_f64(const double *x, int64_t n);
+float eager_max_f32(const float *x, int64_t n);   /* NaN propagates */
+double eager_max_f64(const double *x, int64_t n);
+/* Reduce t over dim (SUM, MAX or MIN) into out, whose dtype is the
+** accumulation dtype; 0 or -1. */
+int eager_reduce_into(tc_op op, const tc_tensor *t, int dim, tc_tensor *out);
+/* Combine chunk partials in place, canonical pairwise order. */
+float eager_combine_f32(float *p, int64_t m);
+double eager_combine_f64(double *p, int64_t m);
+
+/* Matmul: C (m x n, row-major, ldc) = op(A) @ op(B), where op(A) is m x k
+** and op(B) is k x n. A is stored row-major with leading dim lda, or, when
+** ta, as its transpose (k x m row-major: a column-major view); B likewise.
+** The BLAS or the blocked fallback, chosen at build time (meson option
+** blas). Uses the thread pool or the BLAS's own threads. */
+void eager_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float *c, int64_t ldc);
+void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    const double *a, int64_t lda, const double *b,
+                    int64_t ldb, double *c, int64_t ldc);
+const char *eager_gemm_backend(void);
+
+#endif

@@ -1,0 +1,108 @@
+/*
+** matmul.c -- the MATMUL extern op: maps tensors onto GEMM calls (gemm.c).
+** Row-major and transposed (column-major) operands go to the GEMM as they
+** are; any other layout or dtype is copied first.
+*/
+#include "eager.h"
+
+/* How a (rows x cols) matrix with strides (rs, cs) can be handed to GEMM. */
+static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                       bool *trans, int64_t *ld)
+{
+  int64_t c1 = cols > 1 ? cols : 1, r1 = rows > 1 ? rows : 1;
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= c1)) {
+    *trans = false;
+    *ld = rows <= 1 ? c1 : rs;
+    return true;
+  }
+  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= r1)) {
+    *trans = true;
+    *ld = cols <= 1 ? r1 : cs;
+    return true;
+  }
+  return false;
+}
+
+/* The operand as-is when GEMM can read it, else a contiguous copy in dt. */
+static tc_tensor *gemm_operand(const tc_tensor *t, tc_dtype dt, bool *trans,
+                               int64_t *ld)
+{
+  int nd = t->ndim;
+  if (t->dtype == dt && mat_layout(t->shape[nd - 2], t->shape[nd - 1],
+                                   t->stride[nd - 2], t->stride[nd - 1],
+                                   trans, ld))
+    return tc_retain((tc_tensor *)t);
+  tc_tensor *c = eager_contiguous_copy(t, dt);
+  if (c) {
+    *trans = false;
+    *ld = t->shape[nd - 1] > 1 ? t->shape[nd - 1] : 1;
+  }
+  return c;
+}
+
+static tc_tensor *cpu_matmul(const eager_call *c)
+{
+  tc_dtype dt = c->dtype;
+  tc_tensor *out = tensor_new(dt, c->ndim, c->shape);
+  if (!out)
+    return NULL;
+  bool ta, tb;
+  int64_t lda, ldb;
+  tc_tensor *a = gemm_operand(c->in[0], dt, &ta, &lda);
+  tc_tensor *b = a ? gemm_operand(c->in[1], dt, &tb, &ldb) : NULL;
+  if (!b) {
+    tensor_unref(a);
+    tensor_unref(out);
+    return NULL;
+  }
+  int nd = c->ndim;
+  int64_t m = c->shape[nd - 2], n = c->shape[nd - 1];
+  int64_t k = a->shape[a->ndim - 1];
+  int64_t batch = nd == 3 ? c->shape[0] : 1;
+  /* A 2-D operand, or a batch of one, is reused for every batch. */
+  int64_t sa = a->ndim == 3 && a->shape[0] > 1 ? a->stride[0] : 0;
+  int64_t sb = b->ndim == 3 && b->shape[0] > 1 ? b->stride[0] : 0;
+  size_t esz = tensor_dtype_size[dt];
+  for (int64_t i = 0; i < batch; i++) {
+    char *pa = (char *)tensor_ptr(a) + i * sa * (int64_t)esz;
+    char *pb = (char *)tensor_ptr(b) + i * sb * (int64_t)esz;
+    char *pc = (char *)tensor_ptr(out) + i * m * n * (int64_t)esz;
+    if (dt == TC_F32)
+      eager_gemm_f32(ta, tb, m, n, k, (float *)pa, lda, (float *)pb, ldb,
+                     (float *)pc, n > 1 ? n : 1);
+    else
+      eager_gemm_f64(ta, tb, m, n, k, (double *)pa, lda, (double *)pb, ldb,
+                     (double *)pc, n > 1 ? n : 1);
+  }
+  eager_count(ST_KERNELS_LAUNCHED);
+  tensor_unref(a);
+  tensor_unref(b);
+  return out;
+}
+
+/* -- Views and contiguous ---------------------------------------------------- */
+
+static tc_tensor *cpu_view(const eager_call *c)
+{
+  const tensor_geom *g = &c->view;
+  return tensor_new_view(c->in[0], g->ndim, g->shape, g->stride, g->offset);
+}
+
+static tc_tensor *cpu_contiguous(const eager_call *c)
+{
+  const tc_tensor *t = c->in[0];
+  if (tensor_is_contiguous(t) && t->dtype == c->dtype)
+    return tc_retain((tc_tensor *)t);
+  return eager_contiguous_copy(t, c->dtype);
+}
+
+void eager_register_cpu_matmul(void)
+{
+  eager_register(TC_KEY_CPU, TC_OP_MATMUL, cpu_matmul);
+}
+
+void eager_register_cpu_misc(void)
+{
+  eager_register(TC_KEY_CPU, TC_OP_VIEW, cpu_view);
+  eager_register(TC_KEY_CPU, TC_OP_CONTIGUOUS, cpu_contiguous);
+}

@@ -1,0 +1,129 @@
+/*
+** pool.c -- the CPU thread pool: tc_threads() - 1 workers plus the caller,
+** one job at a time, each job split into contiguous ranges. Nested calls
+** (from inside a job) run serially on the calling thread.
+*/
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "eager.h"
+
+static struct {
+  pthread_mutex_t job_lock;    /* one job at a time across user threads */
+  pthread_mutex_t lock;
+  pthread_cond_t wake, done;
+  pthread_t *workers;
+  int nworkers;
+  bool started;
+  uint64_t generation;
+  /* the current job */
+  eager_range_fn fn;
+  void *ctx;
+  int64_t n;
+  int nparts;
+  int next_part;               /* next range to take, under lock */
+  int pending;                 /* ranges not yet finished */
+} pool = {
+  .job_lock = PTHREAD_MUTEX_INITIALIZER,
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .wake = PTHREAD_COND_INITIALIZER,
+  .done = PTHREAD_COND_INITIALIZER,
+};
+
+static _Thread_local bool in_job;
+
+static void part_range(int part, int64_t *lo, int64_t *hi)
+{
+  *lo = pool.n * part / pool.nparts;
+  *hi = pool.n * (part + 1) / pool.nparts;
+}
+
+/* Take and run ranges until none are left. Called with pool.lock held. */
+static void run_parts(void)
+{
+  while (pool.next_part < pool.nparts) {
+    int part = pool.next_part++;
+    int64_t lo, hi;
+    part_range(part, &lo, &hi);
+    eager_range_fn fn = pool.fn;
+    void *ctx = pool.ctx;
+    pthread_mutex_unlock(&pool.lock);
+    in_job = true;
+    fn(ctx, lo, hi);
+    in_job = false;
+    pthread_mutex_lock(&pool.lock);
+    if (--pool.pending == 0)
+      pthread_cond_broadcast(&pool.done);
+  }
+}
+
+static void *worker(void *arg)
+{
+  (void)arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pool.lock);
+  for (;;) {
+    while (pool.generation == seen)
+      pthread_cond_wait(&pool.wake, &pool.lock);
+    seen = pool.generation;
+    run_parts();
+  }
+  return NULL;
+}
+
+static void start_workers(int n)
+{
+  pool.workers = calloc((size_t)n, sizeof(pthread_t));
+  if (!pool.workers)
+    return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  for (int i = 0; i < n; i++) {
+    if (pthread_create(&pool.workers[i], &attr, worker, NULL) != 0)
+      break;
+    pthread_detach(pool.workers[i]);
+    pool.nworkers++;
+  }
+  pthread_attr_destroy(&attr);
+}
+
+void eager_parallel(int64_t n, int64_t grain, eager_range_fn fn, void *ctx)
+{
+  if (n <= 0)
+    return;
+  int threads = eager_cfg()->threads;
+  if (grain < 1)
+    grain = 1;
+  int64_t parts = n / grain;
+  if (parts > threads)
+    parts = threads;
+  if (parts < 2 || in_job) {
+    fn(ctx, 0, n);
+    return;
+  }
+  pthread_mutex_lock(&pool.job_lock);
+  pthread_mutex_lock(&pool.lock);
+  if (!pool.started) {
+    pool.started = true;
+    start_workers(threads - 1);
+  }
+  if (pool.nworkers == 0) {   /* could not start threads: run serially */
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.job_lock);
+    fn(ctx, 0, n);
+    return;
+  }
+  pool.fn = fn;
+  pool.ctx = ctx;
+  pool.n = n;
+  pool.nparts = (int)parts;
+  pool.next_part = 0;
+  pool.pending = (int)parts;
+  pool.generation++;
+  pthread_cond_broadcast(&pool.wake);
+  run_parts();
+  while (pool.pending > 0)
+    pthread_cond_wait(&pool.done, &pool.lock);
+  pthread_mutex_unlock(&pool.lock);
+  pthread_mutex_unlock(&pool.job_lock);
+}

@@ -1,0 +1,382 @@
+/*
+** reduce.c -- eager reductions in the canonical order (eager.h, principle
+** 2): results never depend on the thread count or on compile mode.
+** The reduced dim is made innermost and contiguous first (a copy when it is
+** not), so every kernel here reduces contiguous rows.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eager.h"
+
+#define REDUCE_GRAIN_ROWS 64
+
+/* -- Canonical chunk kernels -------------------------------------------------
+** One chunk (<= EAGER_CHUNK elements): lane i % LANES accumulates element i,
+** lanes start at the identity and combine by halving. */
+
+#define CHUNK_FN(name, T, ident, comb)                                       \
+  static T name(const T *x, int64_t n)                                       \
+  {                                                                          \
+    T acc[EAGER_LANES];                                                      \
+    for (int l = 0; l < EAGER_LANES; l++)                                    \
+      acc[l] = (ident);                                                      \
+    int64_t i = 0;                                                           \
+    for (; i + EAGER_LANES <= n; i += EAGER_LANES)                           \
+      for (int l = 0; l < EAGER_LANES; l++)                                  \
+        acc[l] = comb(acc[l], x[i + l]);                                     \
+    for (int l = 0; i + l < n; l++)                                          \
+      acc[l] = comb(acc[l], x[i + l]);                                       \
+    for (int w = EAGER_LANES / 2; w >= 1; w /= 2)                            \
+      for (int l = 0; l < w; l++)                                            \
+        acc[l] = comb(acc[l], acc[l + w]);                                   \
+    return acc[0];                                                           \
+  }
+
+#define C_ADD(x, y) ((x) + (y))
+#define C_ADDW(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
+#define C_MAX(x, y) (((x) > (y) || (x) != (x)) ? (x) : (y))
+#define C_MIN(x, y) (((x) < (y) || (x) != (x)) ? (x) : (y))
+
+CHUNK_FN(chunk_sum_f32, float, 0.0f, C_ADD)
+CHUNK_FN(chunk_sum_f64, double, 0.0, C_ADD)
+CHUNK_FN(chunk_sum_i64, int64_t, 0, C_ADDW)
+CHUNK_FN(chunk_max_f32, float, -INFINITY, C_MAX)
+CHUNK_FN(chunk_max_f64, double, -INFINITY, C_MAX)
+CHUNK_FN(chunk_max_i32, int32_t, INT32_MIN, C_MAX)
+CHUNK_FN(chunk_max_i64, int64_t, INT64_MIN, C_MAX)
+CHUNK_FN(chunk_max_b8, uint8_t, 0, C_MAX)
+CHUNK_FN(chunk_min_f32, float, INFINITY, C_MIN)
+CHUNK_FN(chunk_min_f64, double, INFINITY, C_MIN)
+CHUNK_FN(chunk_min_i32, int32_t, INT32_MAX, C_MIN)
+CHUNK_FN(chunk_min_i64, int64_t, INT64_MAX, C_MIN)
+CHUNK_FN(chunk_min_b8, uint8_t, 1, C_MIN)
+
+/* Pairwise combine of chunk partials by levels; the result lands in p[0]. */
+#define COMBINE_FN(name, T, comb)                                            \
+  static T name(T *p, int64_t m)                                             \
+  {                                                                          \
+    while (m > 1) {                                                          \
+      int64_t h = m / 2;                                                     \
+      for (int64_t i = 0; i < h; i++)                                        \
+        p[i] = comb(p[2 * i], p[2 * i + 1]);                                 \
+      if (m & 1)                                                             \
+        p[h] = p[m - 1];                                                     \
+      m = h + (m & 1);                                                       \
+    }                                                                        \
+    return p[0];                                                             \
+  }
+
+COMBINE_FN(combine_sum_f32, float, C_ADD)
+COMBINE_FN(combine_sum_f64, double, C_ADD)
+COMBINE_FN(combine_sum_i64, int64_t, C_ADDW)
+COMBINE_FN(combine_max_f32, float, C_MAX)
+COMBINE_FN(combine_max_f64, double, C_MAX)
+COMBINE_FN(combine_max_i32, int32_t, C_MAX)
+COMBINE_FN(combine_max_i64, int64_t, C_MAX)
+COMBINE_FN(combine_max_b8, uint8_t, C_MAX)
+COMBINE_FN(combine_min_f32, float, C_MIN)
+COMBINE_FN(combine_min_f64, double, C_MIN)
+COMBINE_FN(combine_min_i32, int32_t, C_MIN)
+COMBINE_FN(combine_min_i64, int64_t, C_MIN)
+COMBINE_FN(combine_min_b8, uint8_t, C_MIN)
+
+float eager_combine_f32(float *p, int64_t m) { return combine_sum_f32(p, m); }
+double eager_combine_f64(double *p, int64_t m) { return combine_sum_f64(p, m); }
+
+/* -- Reducing one row ------------------------------------------------------- */
+
+typedef enum { RK_SUM, RK_MAX, RK_MIN, RK__MAX } reduce_kind;
+
+/* Reduce n contiguous elements into *out (both of dtype dt). Chunks are
+** computed by up to `threads` workers when par; the split never changes
+** the result because partials are combined in one fixed order. */
+typedef struct {
+  reduce_kind rk;
+  tc_dtype dt;
+  const char *x;
+  int64_t n;
+  void *partial;
+} row_job;
+
+#define ROW_CASES(X)                                                         \
+  X(RK_SUM, TC_F32, float, sum_f32) X(RK_SUM, TC_F64, double, sum_f64)       \
+  X(RK_SUM, TC_I64, int64_t, sum_i64)                                        \
+  X(RK_MAX, TC_F32, float, max_f32) X(RK_MAX, TC_F64, double, max_f64)       \
+  X(RK_MAX, TC_I32, int32_t, max_i32) X(RK_MAX, TC_I64, int64_t, max_i64)    \
+  X(RK_MAX, TC_BOOL, uint8_t, max_b8)                                        \
+  X(RK_MIN, TC_F32, float, min_f32) X(RK_MIN, TC_F64, double, min_f64)       \
+  X(RK_MIN, TC_I32, int32_t, min_i32) X(RK_MIN, TC_I64, int64_t, min_i64)    \
+  X(RK_MIN, TC_BOOL, uint8_t, min_b8)
+
+#define KEY(rk, dt) ((rk) * TC_DTYPE__MAX + (dt))
+
+static void chunks_range(void *ctx, int64_t lo, int64_t hi)
+{
+  const row_job *j = ctx;
+  for (int64_t c = lo; c < hi; c++) {
+    int64_t start = c * EAGER_CHUNK;
+    int64_t len = j->n - start < EAGER_CHUNK ? j->n - start : EAGER_CHUNK;
+    switch (KEY(j->rk, j->dt)) {
+#define X(rk, dt, T, nm)                                                     \
+    case KEY(rk, dt):                                                        \
+      ((T *)j->partial)[c] = chunk_##nm((const T *)j->x + start, len);       \
+      break;
+    ROW_CASES(X)
+#undef X
+    default:
+      TC_ASSERT(0, "bad reduction");
+    }
+  }
+}
+
+static void combine_into(reduce_kind rk, tc_dtype dt, void *p, int64_t m,
+                         void *out)
+{
+  switch (KEY(rk, dt)) {
+#define X(rk, dt, T, nm)                                                     \
+  case KEY(rk, dt):                                                          \
+    *(T *)out = combine_##nm((T *)p, m);                                     \
+    break;
+  ROW_CASES(X)
+#undef X
+  default:
+    TC_ASSERT(0, "bad reduction");
+  }
+}
+
+/* Reduce one row; returns -1 on allocation failure. */
+static int reduce_row(reduce_kind rk, tc_dtype dt, const void *x, int64_t n,
+                      void *out, bool par)
+{
+  int64_t m = n ? (n + EAGER_CHUNK - 1) / EAGER_CHUNK : 1;
+  _Alignas(64) char small[64 * 8];
+  void *partial = m <= 64 ? small : malloc((size_t)m * 8);
+  if (!partial)
+    return -1;
+  row_job j = { rk, dt, x, n, partial };
+  if (n == 0)
+    chunks_range(&j, 0, 1);   /* a zero-length chunk yields the identity */
+  else if (par)
+    eager_parallel(m, 4, chunks_range, &j);
+  else
+    chunks_range(&j, 0, m);
+  combine_into(rk, dt, partial, m, out);
+  if (partial != small)
+    free(partial);
+  return 0;
+}
+
+float eager_sum_f32(const float *x, int64_t n)
+{
+  float r = 0;
+  reduce_row(RK_SUM, TC_F32, x, n, &r, false);
+  return r;
+}
+
+double eager_sum_f64(const double *x, int64_t n)
+{
+  double r = 0;
+  reduce_row(RK_SUM, TC_F64, x, n, &r, false);
+  return r;
+}
+
+/* -- Rows of a tensor ------------------------------------------------------- */
+
+/* x as `rows` contiguous rows of n: the reduced dim made innermost. Returns
+** a new reference (t itself when already so laid out, in dtype dt). */
+static tc_tensor *rows_of(const tc_tensor *t, int dim, tc_dtype dt)
+{
+  tensor_geom g;
+  tensor_geom_of(t, &g);
+  if (t->ndim > 0) {
+    int perm[TC_MAX_DIMS], k = 0;
+    for (int d = 0; d < t->ndim; d++)
+      if (d != dim)
+        perm[k++] = d;
+    perm[k] = dim;
+    tensor_geom_permute("reduce", &g, t->ndim, perm);
+  }
+  tc_tensor *v = tensor_new_view(t, g.ndim, g.shape, g.stride, g.offset);
+  if (!v || (tensor_is_contiguous(v) && v->dtype == dt))
+    return v;
+  tc_tensor *c = eager_contiguous_copy(v, dt);
+  tensor_unref(v);
+  return c;
+}
+
+typedef struct {
+  reduce_kind rk;
+  tc_dtype dt;
+  const char *x;
+  char *out;
+  int64_t n;
+  int failed;
+} rows_job;
+
+static void rows_range(void *ctx, int64_t lo, int64_t hi)
+{
+  rows_job *j = ctx;
+  size_t esz = tensor_dtype_size[j->dt];
+  for (int64_t r = lo; r < hi; r++)
+    if (reduce_row(j->rk, j->dt, j->x + r * j->n * (int64_t)esz, j->n,
+                   j->out + r * (int64_t)esz, false) < 0)
+      j->failed = 1;
+}
+
+/* Reduce t over dim into out (contiguous, dtype dt = the accumulation
+** dtype); rows is out's numel. */
+static int reduce_rows(reduce_kind rk, const tc_tensor *t, int dim,
+                       tc_tensor *out)
+{
+  tc_dtype dt = (tc_dtype)out->dtype;
+  tc_tensor *x = rows_of(t, dim, dt);
+  if (!x)
+    return -1;
+  int64_t n = t->ndim ? t->shape[dim] : 1;
+  int64_t rows = out->numel;
+  rows_job j = { rk, dt, tensor_ptr(x), tensor_ptr(out), n, 0 };
+  if (rows == 1) {
+    j.failed = reduce_row(rk, dt, j.x, n, j.out, true) < 0;
+  } else if (rows > 0) {
+    int64_t grain = n >= EAGER_CHUNK ? 1 : REDUCE_GRAIN_ROWS;
+    eager_parallel(rows, grain, rows_range, &j);
+  }
+  tensor_unref(x);
+  eager_count(ST_KERNELS_LAUNCHED);
+  if (j.failed)
+    return tc_seterr(TC_E_NOMEM, "out of memory in a reduction"), -1;
+  return 0;
+}
+
+/* -- Argmax ------------------------------------------------------------------
+** First index of the maximum; a NaN counts as the maximum (PyTorch). */
+
+#define ARGMAX_FN(nm, T)                                                     \
+  static int64_t argmax_##nm(const T *x, int64_t n)                          \
+  {                                                                          \
+    int64_t best = 0;                                                        \
+    for (int64_t i = 1; i < n; i++) {                                        \
+      if (x[best] != x[best])                                                \
+        break;                                                               \
+      if (x[i] > x[best] || x[i] != x[i])                                    \
+        best = i;                                                            \
+    }                                                                        \
+    return best;                                                             \
+  }
+ARGMAX_FN(f32, float)
+ARGMAX_FN(f64, double)
+ARGMAX_FN(i32, int32_t)
+ARGMAX_FN(i64, int64_t)
+ARGMAX_FN(b8, uint8_t)
+
+typedef struct {
+  tc_dtype dt;
+  const char *x;
+  int64_t *out;
+  int64_t n;
+} argmax_job;
+
+static void argmax_range(void *ctx, int64_t lo, int64_t hi)
+{
+  const argmax_job *j = ctx;
+  size_t esz = tensor_dtype_size[j->dt];
+  for (int64_t r = lo; r < hi; r++) {
+    const void *row = j->x + r * j->n * (int64_t)esz;
+    switch (j->dt) {
+    case TC_F32: j->out[r] = argmax_f32(row, j->n); break;
+    case TC_F64: j->out[r] = argmax_f64(row, j->n); break;
+    case TC_I32: j->out[r] = argmax_i32(row, j->n); break;
+    case TC_I64: j->out[r] = argmax_i64(row, j->n); break;
+    default:     j->out[r] = argmax_b8(row, j->n); break;
+    }
+  }
+}
+
+/* -- Handlers --------------------------------------------------------------- */
+
+static tc_tensor *cpu_reduce(const eager_call *c)
+{
+  const tc_tensor *t = c->in[0];
+  tc_tensor *out = tensor_new(c->dtype, c->ndim, c->shape);
+  if (!out)
+    return NULL;
+  int rc = 0;
+  switch (c->op) {
+  case TC_OP_SUM:
+    rc = reduce_rows(RK_SUM, t, c->dim, out);
+    break;
+  case TC_OP_MAX:
+    rc = reduce_rows(RK_MAX, t, c->dim, out);
+    break;
+  case TC_OP_MIN:
+    rc = reduce_rows(RK_MIN, t, c->dim, out);
+    break;
+  case TC_OP_SUM_ALL: {   /* flatten in C order (a copy if strided) */
+    tc_tensor *dense = tensor_is_contiguous(t)
+                       ? tc_retain((tc_tensor *)t)
+                       : eager_contiguous_copy(t, (tc_dtype)t->dtype);
+    tc_tensor *flat = dense ? tensor_new_view(dense, 1, &t->numel,
+                                              &(int64_t){ 1 }, dense->offset)
+                            : NULL;
+    tensor_unref(dense);
+    rc = flat ? reduce_rows(RK_SUM, flat, 0, out) : -1;
+    tensor_unref(flat);
+    break;
+  }
+  case TC_OP_ARGMAX: {
+    tc_tensor *x = rows_of(t, c->dim, (tc_dtype)t->dtype);
+    if (!x) {
+      rc = -1;
+      break;
+    }
+    argmax_job j = { (tc_dtype)t->dtype, tensor_ptr(x), tensor_ptr(out),
+                     t->ndim ? t->shape[c->dim] : 1 };
+    eager_parallel(out->numel, REDUCE_GRAIN_ROWS, argmax_range, &j);
+    eager_count(ST_KERNELS_LAUNCHED);
+    tensor_unref(x);
+    break;
+  }
+  default:
+    tc_seterr(TC_E_INTERNAL, "%s: not a reduction", c->fn);
+    rc = -1;
+  }
+  if (rc < 0) {
+    tensor_unref(out);
+    return NULL;
+  }
+  return out;
+}
+
+void eager_register_cpu_reduce(void)
+{
+  eager_register(TC_KEY_CPU, TC_OP_SUM, cpu_reduce);
+  eager_register(TC_KEY_CPU, TC_OP_MAX, cpu_reduce);
+  eager_register(TC_KEY_CPU, TC_OP_MIN, cpu_reduce);
+  eager_register(TC_KEY_CPU, TC_OP_ARGMAX, cpu_reduce);
+  eager_register(TC_KEY_CPU, TC_OP_SUM_ALL, cpu_reduce);
+}
+
+/* -- Shared with composite.c ------------------------------------------------ */
+
+float eager_max_f32(const float *x, int64_t n)
+{
+  float r = 0;
+  reduce_row(RK_MAX, TC_F32, x, n, &r, false);
+  return r;
+}
+
+double eager_max_f64(const double *x, int64_t n)
+{
+  double r = 0;
+  reduce_row(RK_MAX, TC_F64, x, n, &r, false);
+  return r;
+}
+
+int eager_reduce_into(tc_op op, const tc_tensor *t, int dim, tc_tensor *out)
+{
+  reduce_kind rk = op == TC_OP_MAX ? RK_MAX : op == TC_OP_MIN ? RK_MIN
+                                                              : RK_SUM;
+  return reduce_rows(rk, t, dim, out);
+}

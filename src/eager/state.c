@@ -1,0 +1,123 @@
+/*
+** state.c -- process state: configuration read once from the environment,
+** the counters behind tc_stats_get(), and one-time initialization.
+*/
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "eager.h"
+
+_Atomic uint64_t eager_stats[ST__MAX];
+static _Atomic uint64_t compile_us;   /* compile time, microseconds */
+static eager_config cfg;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static bool env_flag(const char *name, bool dflt)
+{
+  const char *v = getenv(name);
+  if (!v || !*v)
+    return dflt;
+  return strcmp(v, "0") != 0 && strcmp(v, "false") != 0 &&
+         strcmp(v, "off") != 0;
+}
+
+static void print_stats(void)
+{
+  tc_stats s;
+  tc_stats_get(&s);
+  fprintf(stderr,
+          "tc stats: ops %llu regions %llu (compiled %llu, eager %llu) "
+          "kernels compiled %llu loaded %llu launched %llu guard_failures "
+          "%llu compile_failures %llu compile_ms %.1f pool hits %llu "
+          "misses %llu\n",
+          (unsigned long long)s.ops, (unsigned long long)s.regions,
+          (unsigned long long)s.regions_compiled,
+          (unsigned long long)s.regions_eager,
+          (unsigned long long)s.kernels_compiled,
+          (unsigned long long)s.kernels_loaded,
+          (unsigned long long)s.kernels_launched,
+          (unsigned long long)s.guard_failures,
+          (unsigned long long)s.compile_failures, s.compile_ms,
+          (unsigned long long)s.pool_hits, (unsigned long long)s.pool_misses);
+}
+
+static void init_once(void)
+{
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg.threads = cores > 0 ? (int)cores : 1;
+  const char *t = getenv("TC_THREADS");
+  if (t && *t) {
+    long v = strtol(t, NULL, 10);
+    if (v >= 1 && v <= 1024)
+      cfg.threads = (int)v;
+  }
+  cfg.compile = env_flag("TC_COMPILE", false);
+  cfg.stats_at_exit = env_flag("TC_STATS", false);
+  eager_register_cpu_pointwise();
+  eager_register_cpu_reduce();
+  eager_register_cpu_composite();
+  eager_register_cpu_matmul();
+  eager_register_cpu_misc();
+  if (cfg.compile)
+    eager_global_include(TC_KEYSET(TC_KEY_TRACE), true);
+  if (cfg.stats_at_exit)
+    atexit(print_stats);
+}
+
+void eager_init(void) { pthread_once(&once, init_once); }
+
+const eager_config *eager_cfg(void)
+{
+  eager_init();
+  return &cfg;
+}
+
+void eager_add_compile_ms(double ms)
+{
+  atomic_fetch_add(&compile_us, (uint64_t)(ms * 1000.0));
+}
+
+int tc_threads(void) { return eager_cfg()->threads; }
+
+void tc_compile_set(bool on)
+{
+  eager_init();
+  /* Leaving compile mode: nothing may stay lazy under eager writes. */
+  if (cfg.compile && !on && tensor_hooks.realize_all)
+    tensor_hooks.realize_all();
+  cfg.compile = on;
+  eager_global_include(TC_KEYSET(TC_KEY_TRACE), on);
+}
+
+bool tc_compile_enabled(void) { return eager_cfg()->compile; }
+
+void tc_stats_get(tc_stats *out)
+{
+  if (!out)
+    return;
+  memset(out, 0, sizeof *out);
+  out->ops = eager_stats[ST_OPS];
+  out->regions = eager_stats[ST_REGIONS];
+  out->regions_compiled = eager_stats[ST_REGIONS_COMPILED];
+  out->regions_eager = eager_stats[ST_REGIONS_EAGER];
+  out->kernels_compiled = eager_stats[ST_KERNELS_COMPILED];
+  out->kernels_loaded = eager_stats[ST_KERNELS_LOADED];
+  out->kernels_launched = eager_stats[ST_KERNELS_LAUNCHED];
+  out->guard_failures = eager_stats[ST_GUARD_FAILURES];
+  out->compile_failures = eager_stats[ST_COMPILE_FAILURES];
+  out->compile_ms = (double)compile_us / 1000.0;
+  tensor_alloc_stats(&out->bytes_allocated, &out->pool_hits,
+                     &out->pool_misses);
+}
+
+void tc_stats_reset(void)
+{
+  for (int i = 0; i < ST__MAX; i++)
+    eager_stats[i] = 0;
+  compile_us = 0;
+  tensor_alloc_reset_stats();
+}
+
+bool tc_cuda_available(void) { return false; }

@@ -1,0 +1,191 @@
+/*
+** kir.c -- building kernels and printing their canonical text form.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "kir.h"
+
+const char *const kir_opname[KOP__MAX] = {
+#define X(n, a) [KOP_##n] = #n,
+  KIR_PRIMS(X)
+#undef X
+  [KOP_CONST] = "CONST", [KOP_SCALAR] = "SCALAR", [KOP_LOAD] = "LOAD",
+  [KOP_ROWVAR] = "ROWVAR", [KOP_CAST] = "CAST",
+};
+
+const uint8_t kir_arity[KOP__MAX] = {
+#define X(n, a) [KOP_##n] = a,
+  KIR_PRIMS(X)
+#undef X
+  [KOP_CONST] = 0, [KOP_SCALAR] = 0, [KOP_LOAD] = 0, [KOP_ROWVAR] = 0,
+  [KOP_CAST] = 1,
+};
+
+/* -- Building -------------------------------------------------------------- */
+
+int kir_emit(kir_kernel *k, kir_opcode op, tc_dtype dt, int a, int b, int c)
+{
+  if (k->ninstrs >= KIR_MAX_INSTRS || a < -1 || b < -1 || c < -1)
+    return -1;
+  int n = kir_arity[op];
+  if ((n > 0 && a < 0) || (n > 1 && b < 0) || (n > 2 && c < 0))
+    return -1;
+  kir_instr *i = &k->ins[k->ninstrs];
+  memset(i, 0, sizeof *i);
+  i->op = (uint8_t)op;
+  i->dtype = (uint8_t)dt;
+  i->ref = -1;
+  i->arg[0] = n > 0 ? a : -1;
+  i->arg[1] = n > 1 ? b : -1;
+  i->arg[2] = n > 2 ? c : -1;
+  return k->ninstrs++;
+}
+
+int kir_const(kir_kernel *k, tc_dtype dt, double v)
+{
+  int i = kir_emit(k, KOP_CONST, dt, -1, -1, -1);
+  if (i >= 0)
+    k->ins[i].cval = v;
+  return i;
+}
+
+static int leaf(kir_kernel *k, kir_opcode op, tc_dtype dt, int ref)
+{
+  int i = kir_emit(k, op, dt, -1, -1, -1);
+  if (i >= 0)
+    k->ins[i].ref = (int16_t)ref;
+  return i;
+}
+
+int kir_scalar(kir_kernel *k, tc_dtype dt, int index)
+{
+  if (index >= k->nscalars)
+    k->nscalars = index + 1;
+  return leaf(k, KOP_SCALAR, dt, index);
+}
+
+int kir_load(kir_kernel *k, int buf)
+{
+  return leaf(k, KOP_LOAD, (tc_dtype)k->buf[buf].dtype, buf);
+}
+
+int kir_rowvar(kir_kernel *k, int pass)
+{
+  return leaf(k, KOP_ROWVAR, (tc_dtype)k->ins[k->pass[pass].value].dtype,
+              pass);
+}
+
+int kir_cast(kir_kernel *k, tc_dtype dt, int a)
+{
+  if (a < 0 || k->ins[a].dtype == dt)
+    return a;
+  return kir_emit(k, KOP_CAST, dt, a, -1, -1);
+}
+
+/* -- Canonical text -------------------------------------------------------- */
+
+static const char *const red_name[] = { "sum", "max", "min" };
+
+void kir_print(const kir_kernel *k, FILE *out)
+{
+  fprintf(out, "kernel %s%s [", k->kind == KIR_MAP ? "map" : "rows",
+          k->dynamic ? " dynamic" : "");
+  for (int d = 0; d < k->ndim; d++)
+    fprintf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
+  fprintf(out, "]");
+  if (k->kind == KIR_ROWS)
+    fprintf(out, " row %lld", (long long)k->row_len);
+  fprintf(out, " scalars %d\n", k->nscalars);
+  int nstr = k->ndim + (k->kind == KIR_ROWS);
+  for (int b = 0; b < k->nbufs; b++) {
+    const kir_buf *bf = &k->buf[b];
+    fprintf(out, "  buf%d %s %s strides [", b,
+            bf->role == KIR_IN ? "in" : "out", tc_dtype_name(bf->dtype));
+    for (int d = 0; d < nstr; d++)
+      fprintf(out, "%s%lld", d ? ", " : "", (long long)bf->stride[d]);
+    fprintf(out, "]\n");
+  }
+  for (int i = 0; i < k->ninstrs; i++) {
+    const kir_instr *in = &k->ins[i];
+    fprintf(out, "  %%%d = %s %s", i, tc_dtype_name(in->dtype),
+            kir_opname[in->op]);
+    switch (in->op) {
+    case KOP_CONST:
+      fprintf(out, " %a", in->cval);   /* hex: exact and canonical */
+      break;
+    case KOP_SCALAR:
+      fprintf(out, " s%d", in->ref);
+      break;
+    case KOP_LOAD:
+      fprintf(out, " buf%d", in->ref);
+      break;
+    case KOP_ROWVAR:
+      fprintf(out, " pass%d", in->ref);
+      break;
+    default:
+      for (int a = 0; a < kir_arity[in->op]; a++)
+        fprintf(out, "%s%%%d", a ? ", " : " ", in->arg[a]);
+    }
+    fputc('\n', out);
+  }
+  for (int p = 0; p < k->npasses; p++) {
+    const kir_pass *ps = &k->pass[p];
+    if (ps->kind == KIR_PASS_REDUCE)
+      fprintf(out, "  pass%d reduce %s %%%d\n", p, red_name[ps->red],
+              ps->value);
+    else
+      fprintf(out, "  pass%d store%s buf%d = %%%d\n", p,
+              ps->kind == KIR_PASS_STORE_ROW ? "_row" : "", ps->out,
+              ps->value);
+  }
+}
+
+char *kir_text(const kir_kernel *k)
+{
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f)
+    return NULL;
+  kir_print(k, f);
+  if (fclose(f) != 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* -- Layout helpers -------------------------------------------------------- */
+
+int kir_dyn_len(const kir_kernel *k)
+{
+  return k->ndim + 1 + k->nbufs * (k->ndim + 1);
+}
+
+void kir_dyn_fill(const kir_kernel *k, int64_t *dims)
+{
+  int n = 0;
+  for (int d = 0; d < k->ndim; d++)
+    dims[n++] = k->size[d];
+  dims[n++] = k->row_len;
+  for (int b = 0; b < k->nbufs; b++)
+    for (int d = 0; d <= k->ndim; d++)
+      dims[n++] = k->buf[b].stride[d];
+}
+
+int64_t kir_units(const kir_kernel *k)
+{
+  int64_t n = 1;
+  for (int d = 0; d < k->ndim; d++)
+    n *= k->size[d];
+  return n;
+}
+
+void kir_entry_name(int pass, char *buf, size_t len)
+{
+  if (pass < 0)
+    snprintf(buf, len, "main");
+  else
+    snprintf(buf, len, "pass%d", pass);
+}

@@ -1,0 +1,182 @@
+/*
+** kir.h -- the kernel IR: the backend-neutral loop IR that fusion produces
+** and the JIT backends consume. One kernel = an iteration space, buffers
+** addressed by affine (stride) index expressions, a list of typed SSA
+** instructions in tc's expression primitives, and passes that store values
+** or reduce them in the canonical order. Its canonical text form
+** (kir_print) is both the cache key's input and what dumps show.
+**
+** Two shapes of kernel:
+**   KIR_MAP   for each point of an N-d space (dims d0..dN-1, row-major):
+**             evaluate, store the outputs. Parallel over flat point index.
+**   KIR_ROWS  for each row r of an N-d outer space, a row axis of length
+**             `row_len`; passes run in order over the row: a REDUCE pass
+**             folds a value over the row (canonical order: chunks of
+**             EAGER_CHUNK, 16 lanes, halving, pairwise chunk combine) into
+**             a row variable; a STORE pass writes values at each row
+**             position; a STORE_ROW pass writes a row-variable-only value
+**             once per row (e.g. a sum with keepdim). Parallel over rows.
+**
+** Every buffer has one stride per outer dim plus one for the row axis
+** (elements; 0 broadcasts). Sizes and strides are constants in static
+** kernels; in shape-dynamic ones (dynamic = true) they are read at run time
+** from the `dims` argument (see kir_dyn_layout).
+*/
+#ifndef TC_KIR_H
+#define TC_KIR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../tensor/tensor.h"
+
+#define KIR_MAX_BUFS 32
+#define KIR_MAX_INSTRS 1024
+#define KIR_MAX_PASSES 8
+#define KIR_MAX_SCALARS 32
+
+/* Instruction opcodes. ORDER KOP: the primitives of expr.h, then the IR's
+** own leaves. Semantics are exactly expr.h's for the instruction's dtype. */
+#define KIR_PRIMS(X)                                                         \
+  X(ADD, 2) X(SUB, 2) X(MUL, 2) X(DIV, 2) X(NEG, 1) X(ABS, 1)               \
+  X(EQ, 2) X(NE, 2) X(LT, 2) X(LE, 2) X(GT, 2) X(GE, 2)                     \
+  X(MAXIMUM, 2) X(MINIMUM, 2) X(SEL, 3)                                     \
+  X(SQRT, 1) X(EXP, 1) X(LOG, 1) X(TANH, 1) X(SIGMOID, 1) X(SIN, 1)         \
+  X(COS, 1) X(POW, 2)
+typedef enum {
+#define X(n, a) KOP_##n,
+  KIR_PRIMS(X)
+#undef X
+  KOP_CONST,    /* cval converted to dtype (as (T)(v) in C) */
+  KOP_SCALAR,   /* scalar argument `ref` (a double), converted to dtype */
+  KOP_LOAD,     /* element of buffer `ref` at the current point */
+  KOP_ROWVAR,   /* result of REDUCE pass `ref` for the current row */
+  KOP_CAST,     /* arg0 converted to dtype (eager_convert's rules) */
+  KOP__MAX
+} kir_opcode;
+
+extern const char *const kir_opname[KOP__MAX];
+extern const uint8_t kir_arity[KOP__MAX];
+
+typedef struct {
+  uint8_t op;         /* kir_opcode */
+  uint8_t dtype;      /* result dtype (tc_dtype) */
+  int16_t ref;        /* LOAD buffer / SCALAR index / ROWVAR pass */
+  int32_t arg[3];     /* operand instruction indices (earlier ones) */
+  double cval;        /* CONST */
+} kir_instr;
+
+typedef enum { KIR_IN, KIR_OUT } kir_buf_role;
+
+typedef struct {
+  uint8_t role;                  /* kir_buf_role */
+  uint8_t dtype;
+  int64_t stride[TC_MAX_DIMS + 1];  /* outer dims, then the row axis */
+} kir_buf;
+
+typedef enum {
+  KIR_PASS_REDUCE,   /* rowvar[pass] = fold(op, value) over the row */
+  KIR_PASS_STORE,    /* buf[out] = value at each row position (or point) */
+  KIR_PASS_STORE_ROW /* buf[out] = value once per row (row axis unused;
+                        its value uses no LOAD) */
+} kir_pass_kind;
+
+typedef enum { KIR_RED_SUM, KIR_RED_MAX, KIR_RED_MIN } kir_red;
+
+typedef struct {
+  uint8_t kind;      /* kir_pass_kind */
+  uint8_t red;       /* kir_red, REDUCE */
+  int16_t out;       /* STORE*: buffer index */
+  int32_t value;     /* instruction whose value is folded or stored */
+} kir_pass;
+
+typedef enum { KIR_MAP, KIR_ROWS } kir_kind;
+
+typedef struct {
+  uint8_t kind;                   /* kir_kind */
+  bool dynamic;                   /* sizes/strides read at run time */
+  int ndim;                       /* outer dims (MAP: all dims) */
+  int64_t size[TC_MAX_DIMS];      /* outer sizes */
+  int64_t row_len;                /* ROWS */
+  int nbufs;
+  kir_buf buf[KIR_MAX_BUFS];
+  int nscalars;
+  int ninstrs;
+  kir_instr ins[KIR_MAX_INSTRS];
+  int npasses;
+  kir_pass pass[KIR_MAX_PASSES];
+} kir_kernel;
+
+/* -- Building -------------------------------------------------------------- */
+
+/* Each returns the new instruction's index, or -1 when the kernel is full
+** (the caller then leaves the group to eager). */
+int kir_emit(kir_kernel *k, kir_opcode op, tc_dtype dt, int a, int b, int c);
+int kir_const(kir_kernel *k, tc_dtype dt, double v);
+int kir_scalar(kir_kernel *k, tc_dtype dt, int index);
+int kir_load(kir_kernel *k, int buf);
+int kir_rowvar(kir_kernel *k, int pass);
+int kir_cast(kir_kernel *k, tc_dtype dt, int a);   /* no-op if same dtype */
+
+/* -- Canonical text -------------------------------------------------------- */
+
+/* The canonical text form: stable across runs and processes, so it can be
+** hashed for the cache key. Instructions are printed in index order, which
+** the fuser makes canonical (operands before users, depth-first from the
+** passes in pass order). */
+void kir_print(const kir_kernel *k, FILE *out);
+/* kir_print into a malloc'd string (caller frees); NULL on failure. */
+char *kir_text(const kir_kernel *k);
+
+/* -- Dynamic layout -------------------------------------------------------- */
+/* For dynamic kernels the `dims` argument holds, in order: the outer sizes
+** (ndim), the row length, then for each buffer its ndim + 1 strides. */
+int kir_dyn_len(const kir_kernel *k);
+void kir_dyn_fill(const kir_kernel *k, int64_t *dims);
+
+/* -- The calling convention of a compiled kernel ----------------------------
+** Row mode (KIR_MAP, and KIR_ROWS with more than one row): one function
+**   void main(char *const *bufs, const double *scalars,
+**             const int64_t *dims, int64_t lo, int64_t hi);
+** bufs[i] points at buffer i's element (0, .., 0); scalars are the scalar
+** arguments; dims is NULL for static kernels. [lo, hi) is a range of flat
+** points (KIR_MAP) or of flat outer rows (KIR_ROWS).
+**
+** Split mode (KIR_ROWS with exactly one row, so one long row is shared by
+** the threads): one function per pass p,
+**   void pass_p(char *const *bufs, const double *scalars,
+**               const int64_t *dims, const void *rowvars, void *partials,
+**               int64_t lo, int64_t hi);
+** REDUCE pass: [lo, hi) is a range of chunks (EAGER_CHUNK row positions
+**   each); writes the chunk partials (lanes combined) to partials[c] (an
+**   array of the value's dtype); the launcher combines them pairwise (the
+**   canonical order) into rowvar slot p.
+** STORE pass: [lo, hi) is a range of row positions.
+** STORE_ROW pass: called once with [0, 1).
+** rowvars is an array of 8-byte slots, slot p holding REDUCE pass p's
+** result as its dtype at the slot's start.
+**
+** The launcher splits ranges across the thread pool in fixed chunks;
+** results never depend on the split. */
+typedef void (*kir_fn)(char *const *bufs, const double *scalars,
+                       const int64_t *dims, int64_t lo, int64_t hi);
+typedef void (*kir_pass_fn)(char *const *bufs, const double *scalars,
+                            const int64_t *dims, const void *rowvars,
+                            void *partials, int64_t lo, int64_t hi);
+
+/* Does this kernel run in split mode? */
+static inline bool kir_split(const kir_kernel *k)
+{
+  int64_t rows = 1;
+  for (int d = 0; d < k->ndim; d++)
+    rows *= k->size[d];
+  return k->kind == KIR_ROWS && rows == 1;
+}
+/* Entry names: "main", or "pass0", "pass1", ... */
+void kir_entry_name(int pass, char *buf, size_t len);
+
+/* Number of parallel units: points (MAP) or rows (ROWS). */
+int64_t kir_units(const kir_kernel *k);
+
+#endif

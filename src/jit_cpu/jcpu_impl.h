@@ -1,0 +1,74 @@
+/*
+** jcpu_impl.h -- private to src/jit_cpu: the small builder that emit.c and
+** approx_jit.c share to write libgccjit code as straight-line statements
+** into a "current block" (selects split it), plus the codegen entry point.
+** Nothing outside this folder includes it (libgccjit stays an internal
+** dependency of the module).
+*/
+#ifndef TC_JCPU_IMPL_H
+#define TC_JCPU_IMPL_H
+
+#include <libgccjit.h>
+
+#include "jit_cpu.h"
+
+/* The types every kernel uses, fetched once per context. */
+typedef struct {
+  gcc_jit_type *v, *b, *i, *u8, *i32, *u32, *i64, *u64, *f32, *f64;
+  gcc_jit_type *cp, *cpp, *dp, *i64p, *vp;   /* char*, char**, double*,
+                                                int64_t*, void* */
+} jb_types;
+
+/* A position in the function under construction. Every value that code
+** names (approx.h's variables, each kernel instruction) becomes a local,
+** so dumps read like the C they mirror and no expression tree is shared. */
+typedef struct jb {
+  gcc_jit_context *ctx;
+  gcc_jit_function *fn;
+  gcc_jit_block *b;          /* current block; NULL after a return */
+  jb_types *t;
+  int nloc, nblk;            /* counters for unique local/block names */
+  /* transcendental functions, built on first use in this context
+  ** (ALWAYS_INLINE), indexed by kir opcode and [f32, f64] */
+  gcc_jit_function **approx;
+} jb;
+
+/* -- Builder helpers (emit.c) ----------------------------------------------- */
+
+/* A new local named after hint, assigned v in the current block. */
+gcc_jit_rvalue *jb_let(jb *j, const char *hint, gcc_jit_type *t,
+                       gcc_jit_rvalue *v);
+gcc_jit_lvalue *jb_local(jb *j, gcc_jit_type *t, const char *hint);
+gcc_jit_block *jb_block(jb *j, const char *hint);
+void jb_assign(jb *j, gcc_jit_lvalue *lv, gcc_jit_rvalue *v);
+/* c ? x : y, with x and y already evaluated: t = y; if (c) t = x. GCC turns
+** the resulting PHI back into a branch-free select (needs
+** -fno-trapping-math to if-convert inside vectorized loops). */
+gcc_jit_rvalue *jb_sel(jb *j, gcc_jit_type *t, gcc_jit_rvalue *c,
+                       gcc_jit_rvalue *x, gcc_jit_rvalue *y);
+gcc_jit_rvalue *jb_bin(jb *j, enum gcc_jit_binary_op op, gcc_jit_rvalue *a,
+                       gcc_jit_rvalue *b);
+gcc_jit_rvalue *jb_cmp(jb *j, enum gcc_jit_comparison op, gcc_jit_rvalue *a,
+                       gcc_jit_rvalue *b);
+gcc_jit_rvalue *jb_cast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t);
+gcc_jit_rvalue *jb_bitcast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t);
+gcc_jit_rvalue *jb_fconst(jb *j, gcc_jit_type *t, double v);
+gcc_jit_rvalue *jb_iconst(jb *j, gcc_jit_type *t, int64_t v);
+gcc_jit_rvalue *jb_uconst(jb *j, gcc_jit_type *t, uint64_t v);
+
+/* -- Transcendentals (approx_jit.c) ----------------------------------------- */
+
+/* The call op(x[, y]) for a float type (t is f32 or f64), building the
+** always-inline function on first use. op is KOP_EXP .. KOP_POW. */
+gcc_jit_rvalue *jcpu_approx_call(jb *j, int op, gcc_jit_type *t,
+                                 gcc_jit_rvalue *x, gcc_jit_rvalue *y);
+
+/* -- Codegen (emit.c) --------------------------------------------------------- */
+
+void jcpu_types_init(gcc_jit_context *ctx, jb_types *t);
+/* Is k something this backend can compile? 0, or -1 with a reason. */
+int jcpu_check(const kir_kernel *k, char *reason, size_t rlen);
+/* Build k's entry functions into ctx (k already checked). */
+void jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k);
+
+#endif

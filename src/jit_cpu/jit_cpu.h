@@ -1,0 +1,88 @@
+/*
+** jit_cpu.h -- the CPU backend: kernel IR (src/fuse/kir.h) -> libgccjit ->
+** callable, and the launcher that runs a compiled kernel on the thread pool.
+**
+** The contract that matters: a compiled kernel computes bitwise what tc's
+** eager kernels compute (DESIGN.md principle 2). Every primitive is emitted
+** with expr.h's exact semantics for the instruction's dtype, the
+** transcendentals re-express approx.h operation for operation, casts follow
+** eager_convert, and reductions use the canonical order (chunks of
+** EAGER_CHUNK, EAGER_LANES lanes combined by halving, chunk partials
+** combined pairwise by levels). Code is built with -O3 for the detected ISA,
+** -ffp-contract=off, -fno-trapping-math, -fno-math-errno and never
+** -ffast-math.
+**
+** Compile failures are not user errors (principle 5): every entry point
+** returns a status and a one-line reason, never aborts, and leaves nothing
+** allocated on failure. Compiles are serialized by one process-wide lock.
+*/
+#ifndef TC_JIT_CPU_H
+#define TC_JIT_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../fuse/kir.h"
+
+/* A compiled kernel: owns its gcc_jit_result or dlopen handle, the entry
+** points and (when compiled in this process) libgccjit's C-like dump. */
+typedef struct jcpu_kernel jcpu_kernel;
+
+typedef enum {
+  JCPU_OK,
+  JCPU_E_UNSUPPORTED,   /* the IR uses something this backend does not emit
+                           (e.g. an integer DIV, a transcendental of an
+                           integer, a ROWVAR used before its pass) */
+  JCPU_E_COMPILE,       /* libgccjit failed (or a fault was injected) */
+  JCPU_E_LOAD           /* dlopen/dlsym of an artifact failed */
+} jcpu_status;
+
+/* Compile k in memory. On success *out owns the result; on failure *out is
+** NULL and `reason` (when non-NULL) gets one line. */
+jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
+                         size_t rlen);
+/* Compile k to a shared object at so_path (written by libgccjit in place:
+** callers that need atomicity pass a temporary path and rename), then load
+** it as jcpu_load does. */
+jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *so_path,
+                                 jcpu_kernel **out, char *reason,
+                                 size_t rlen);
+/* Load a .so written by jcpu_compile_to_file for kernel k: dlopen + dlsym
+** of k's entries. The kernel has no source text (jcpu_source is NULL). */
+jcpu_status jcpu_load(const kir_kernel *k, const char *so_path,
+                      jcpu_kernel **out, char *reason, size_t rlen);
+void jcpu_free(jcpu_kernel *jk);   /* NULL-safe */
+
+/* Run the whole kernel k (the one jk was compiled from): units split across
+** eager_parallel in fixed ranges; in split mode pass by pass, REDUCE
+** partials combined in the canonical pairwise order. bufs/scalars as in
+** kir.h; dims NULL for static kernels (kir_dyn_fill layout otherwise).
+** Results never depend on the thread count. Returns 0, or -1 when the
+** partials of a long split-mode row could not be allocated. */
+int jcpu_launch(const jcpu_kernel *jk, const kir_kernel *k, char *const *bufs,
+                const double *scalars, const int64_t *dims);
+
+/* libgccjit's C-like dump of the generated code, captured at compile time
+** (gcc_jit_context_dump_to_file). Loaded kernels have none. */
+void jcpu_dump_source(const jcpu_kernel *jk, FILE *out);
+const char *jcpu_source(const jcpu_kernel *jk);   /* owned by jk; or NULL */
+
+/* The -march this process compiles for ("x86-64-v4", "x86-64-v3", ...),
+** part of the cache key. */
+const char *jcpu_target(void);
+/* "libgccjit 12.2.0", from gcc_jit_version_*; part of the cache key. */
+const char *jcpu_compiler_version(void);
+/* Wall time of the compile that produced jk (0 for loaded kernels). */
+double jcpu_last_compile_ms(const jcpu_kernel *jk);
+
+/* -- Testing hooks ------------------------------------------------------------ */
+
+/* Make the next n compiles fail with JCPU_E_COMPILE (fault injection). */
+void jcpu_fail_next(int n);
+/* Add -fopt-info-vec-optimized=<path> to later compiles (NULL: stop), so a
+** test can assert that loops vectorized. GCC rewrites the file per
+** compile. */
+void jcpu_set_vec_report(const char *path);
+
+#endif

@@ -1,0 +1,108 @@
+/*
+** infer.c -- what every op checks at its call, in eager and traced mode
+** alike: NumPy broadcasting and PyTorch type promotion (docs/API.md).
+*/
+#include "tensor.h"
+
+int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
+                     int *ndim, int64_t *shape)
+{
+  int nd = 0;
+  for (int i = 0; i < n; i++)
+    if (ts[i]->ndim > nd)
+      nd = ts[i]->ndim;
+  for (int d = 0; d < nd; d++)
+    shape[d] = 1;
+  for (int i = 0; i < n; i++) {
+    const tc_tensor *t = ts[i];
+    int lead = nd - t->ndim;
+    for (int d = 0; d < t->ndim; d++) {
+      int64_t have = shape[lead + d], s = t->shape[d];
+      if (s == have || s == 1)
+        continue;
+      if (have == 1) {
+        shape[lead + d] = s;
+        continue;
+      }
+      /* Name the dim from the right, as NumPy's message does. */
+      tc_seterr(TC_E_SHAPE, "%s: shapes do not broadcast: dim %d (from the "
+                "right) is %lld in operand %d but %lld before it", fn,
+                t->ndim - d, (long long)s, i, (long long)have);
+      return -1;
+    }
+  }
+  *ndim = nd;
+  return 0;
+}
+
+/* Is every scalar argument a whole number that an integer dtype holds? */
+static bool integral_scalars(tc_op op, const double *s)
+{
+  for (int i = 0; i < op_table[op].nsc; i++)
+    if (!s || s[i] != (double)(int64_t)s[i] || s[i] < -0x1p62 ||
+        s[i] > 0x1p62)
+      return false;
+  return true;
+}
+
+/* Promoted dtype of the value inputs (WHERE's condition does not take
+** part). Scalars are C doubles, so their kind is read from their value, as
+** PyTorch reads it from the Python type: a whole number acts like an int
+** (an integer tensor keeps its dtype, bool becomes i64), any other like a
+** float (integers and bool become f32). */
+static tc_dtype promoted(tc_op op, int n, const tc_tensor *const *ts,
+                         const double *s)
+{
+  int first = op == TC_OP_WHERE ? 1 : 0;
+  tc_dtype dt = TC_BOOL;
+  for (int i = first; i < n; i++)
+    dt = tc_promote(dt, (tc_dtype)ts[i]->dtype);
+  if (op_table[op].nsc > 0 && !tensor_dtype_is_float(dt)) {
+    if (!integral_scalars(op, s))
+      dt = TC_F32;
+    else if (dt == TC_BOOL)
+      dt = TC_I64;
+  }
+  return dt;
+}
+
+tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
+                             const tc_tensor *const *ts, const double *s)
+{
+  tc_dtype dt = promoted(op, n, ts, s);
+  switch ((type_rule)op_table[op].type) {
+  case TR_SAME:
+    return dt;
+  case TR_ARITH:
+    if (dt == TC_BOOL) {
+      tc_seterr(TC_E_DTYPE, "%s: unsupported dtype bool for arithmetic "
+                "(cast it first)", fn);
+      return TC_DTYPE__MAX;
+    }
+    return dt;
+  case TR_FLT:
+    return tensor_dtype_is_float(dt) ? dt : TC_F32;
+  case TR_CMP:
+    return TC_BOOL;
+  case TR_INT:
+    return tensor_dtype_is_float(dt) ? dt : TC_I64;
+  case TR_IDX:
+    return TC_I64;
+  case TR_ARG:
+  case TR_DST:
+    break;
+  }
+  tc_seterr(TC_E_INTERNAL, "%s: op %s takes its dtype from the call", fn,
+            op_table[op].name);
+  return TC_DTYPE__MAX;
+}
+
+/* The dtype a pointwise op computes in: its result dtype, except that
+** comparisons compute in the promoted input dtype. */
+tc_dtype tensor_compute_dtype(tc_op op, int n, const tc_tensor *const *ts,
+                              const double *s, tc_dtype result)
+{
+  if (op_table[op].type == TR_CMP)
+    return promoted(op, n, ts, s);
+  return result;
+}

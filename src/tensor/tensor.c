@@ -1,0 +1,263 @@
+/*
+** tensor.c -- tensor handles over refcounted storage: creation, lifetime,
+** metadata. Handles are cheap; views share storage and never copy data.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor.h"
+
+/* Hook for lazy tensors: trace frees its node when a handle dies. */
+void (*tensor_lazy_release_hook)(tc_tensor *t);
+
+/* -- Storage ------------------------------------------------------------- */
+
+static tensor_storage *storage_new(size_t nbytes)
+{
+  tensor_storage *s = malloc(sizeof *s);
+  if (!s)
+    return NULL;
+  s->data = tensor_alloc(nbytes);
+  if (!s->data) {
+    free(s);
+    return NULL;
+  }
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->version, 0);
+  s->device = TC_DEV_CPU;
+  s->nbytes = nbytes;
+  s->pending = 0;
+  return s;
+}
+
+static void storage_release(tensor_storage *s)
+{
+  if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
+    tensor_free_block(s->data, s->nbytes);
+    free(s);
+  }
+}
+
+/* -- Shapes -------------------------------------------------------------- */
+
+int64_t tensor_check_shape(const char *fn, int ndim, const int64_t *shape)
+{
+  if (ndim < 0 || ndim > TC_MAX_DIMS) {
+    tc_seterr(TC_E_SHAPE, "%s: ndim %d is out of range [0, %d]", fn, ndim,
+              TC_MAX_DIMS);
+    return -1;
+  }
+  if (ndim > 0 && !shape) {
+    tc_seterr_null(fn);
+    return -1;
+  }
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      tc_seterr(TC_E_SHAPE, "%s: size %lld of dim %d is negative", fn,
+                (long long)shape[i], i);
+      return -1;
+    }
+    if (__builtin_mul_overflow(n, shape[i], &n)) {
+      tc_seterr(TC_E_SHAPE, "%s: shape overflows: element count exceeds "
+                "int64", fn);
+      return -1;
+    }
+  }
+  /* Bytes must fit too, with headroom for the widest dtype. */
+  if (n > (INT64_MAX >> 4)) {
+    tc_seterr(TC_E_SHAPE, "%s: shape overflows: %lld elements is too many",
+              fn, (long long)n);
+    return -1;
+  }
+  return n;
+}
+
+void tensor_contiguous_strides(int ndim, const int64_t *shape,
+                               int64_t *stride)
+{
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    stride[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+int tensor_wrap_dim(const char *fn, int dim, int ndim)
+{
+  int n = ndim > 0 ? ndim : 1;   /* a 0-d tensor accepts dim 0 and -1 */
+  if (dim < -n || dim >= n) {
+    tc_seterr(TC_E_ARG, "%s: dim %d is out of range for a tensor of %d "
+              "dims", fn, dim, ndim);
+    return -1;
+  }
+  return dim < 0 ? dim + n : dim;
+}
+
+bool tensor_is_contiguous(const tc_tensor *t)
+{
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->stride[i] != s)
+      return t->numel == 0;
+    s *= t->shape[i];
+  }
+  return true;
+}
+
+bool tensor_same_view(const tc_tensor *a, const tc_tensor *b)
+{
+  if (a->storage != b->storage || a->offset != b->offset ||
+      a->ndim != b->ndim || a->dtype != b->dtype)
+    return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i] ||
+        (a->shape[i] > 1 && a->stride[i] != b->stride[i]))
+      return false;
+  return true;
+}
+
+/* -- Handles ------------------------------------------------------------- */
+
+static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
+{
+  tc_tensor *t = malloc(sizeof *t);
+  if (!t) {
+    tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
+    return NULL;
+  }
+  atomic_init(&t->refs, 1);
+  t->dtype = (uint8_t)dt;
+  t->ndim = (uint8_t)ndim;
+  t->keys = TC_KEYSET(TC_KEY_CPU);
+  t->kept = 0;
+  t->scope_slot = -1;
+  t->offset = 0;
+  t->storage = NULL;
+  t->lazy = NULL;
+  t->lazy_next = NULL;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    n *= shape[i];
+  }
+  t->numel = n;
+  return t;
+}
+
+tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape)
+{
+  tc_tensor *t = handle_new(dt, ndim, shape);
+  if (!t)
+    return NULL;
+  tensor_contiguous_strides(ndim, shape, t->stride);
+  size_t nbytes = (size_t)t->numel * tensor_dtype_size[dt];
+  t->storage = storage_new(nbytes);
+  if (!t->storage) {
+    tc_seterr(TC_E_NOMEM, "out of memory allocating %zu bytes", nbytes);
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+tc_tensor *tensor_new_view(const tc_tensor *src, int ndim,
+                           const int64_t *shape, const int64_t *stride,
+                           int64_t offset)
+{
+  tc_tensor *t = handle_new((tc_dtype)src->dtype, ndim, shape);
+  if (!t)
+    return NULL;
+  memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  t->offset = offset;
+  t->keys = src->keys;
+  t->storage = src->storage;
+  if (t->storage)
+    atomic_fetch_add_explicit(&t->storage->refs, 1, memory_order_relaxed);
+  return t;
+}
+
+void tensor_free(tc_tensor *t)
+{
+  if (t->scope_slot >= 0)
+    tensor_scope_forget(t);
+  if (t->lazy && tensor_lazy_release_hook)
+    tensor_lazy_release_hook(t);
+  storage_release(t->storage);
+  free(t);
+}
+
+tc_tensor *tc_retain(tc_tensor *t)
+{
+  if (t)
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+  return t;
+}
+
+void tensor_unref(tc_tensor *t)
+{
+  if (t && atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+    tensor_free(t);
+}
+
+/* The program's release. A scoped tensor's scope reference and the
+** program's are one: whichever release comes first drops it, so a tensor
+** released early is not released again by tc_scope_end. */
+void tc_release(tc_tensor *t)
+{
+  if (t && t->scope_slot >= 0)
+    tensor_scope_forget(t);
+  tensor_unref(t);
+}
+
+/* -- Metadata ------------------------------------------------------------ */
+
+int tc_ndim(const tc_tensor *t) { return t ? t->ndim : -1; }
+
+int64_t tc_numel(const tc_tensor *t) { return t ? t->numel : -1; }
+
+tc_dtype tc_dtype_of(const tc_tensor *t)
+{
+  return t ? (tc_dtype)t->dtype : TC_DTYPE__MAX;
+}
+
+bool tc_is_contiguous(const tc_tensor *t)
+{
+  return t && tensor_is_contiguous(t);
+}
+
+int64_t tc_size(const tc_tensor *t, int dim)
+{
+  if (!t) {
+    tc_seterr_null(__func__);
+    return -1;
+  }
+  int d = tensor_wrap_dim(__func__, dim, t->ndim);
+  if (d < 0)
+    return -1;
+  return t->ndim ? t->shape[d] : 1;
+}
+
+int64_t tc_stride(const tc_tensor *t, int dim)
+{
+  if (!t) {
+    tc_seterr_null(__func__);
+    return -1;
+  }
+  int d = tensor_wrap_dim(__func__, dim, t->ndim);
+  if (d < 0)
+    return -1;
+  return t->ndim ? t->stride[d] : 1;
+}
+
+void tensor_dump(const tc_tensor *t, FILE *out)
+{
+  fprintf(out, "tensor %s [", tc_dtype_name((tc_dtype)t->dtype));
+  for (int i = 0; i < t->ndim; i++)
+    fprintf(out, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+  fprintf(out, "] strides [");
+  for (int i = 0; i < t->ndim; i++)
+    fprintf(out, "%s%lld", i ? ", " : "", (long long)t->stride[i]);
+  fprintf(out, "] offset %lld%s\n", (long long)t->offset,
+          t->lazy ? " lazy" : "");
+}

@@ -1,0 +1,241 @@
+/*
+** tensor.h -- the ground floor: dtypes, shapes and strides, storage, tensor
+** handles, views, scopes, errors and the op table. Every other module reads
+** this vocabulary; this module includes nothing else of the project.
+*/
+#ifndef TC_TENSOR_H
+#define TC_TENSOR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tc.h"
+
+/* -- Errors ---------------------------------------------------------------- */
+
+typedef enum {
+  TC_OK = 0,
+  TC_E_ARG,      /* bad argument: NULL, dim out of range, bad step */
+  TC_E_SHAPE,    /* shapes do not broadcast / wrong size */
+  TC_E_DTYPE,    /* unsupported dtype */
+  TC_E_NOMEM,    /* out of memory */
+  TC_E_DEVICE,   /* device error */
+  TC_E_INTERNAL  /* an internal invariant failed */
+} tc_status;
+
+/* Set the thread-local error (printf format); returns code. */
+tc_status tc_seterr(tc_status code, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+tc_status tc_errcode(void);
+/* For a NULL argument: keep an error already set (the first one), else
+** report "fn: argument is NULL". */
+void tc_seterr_null(const char *fn);
+
+#ifdef NDEBUG
+#define TC_ASSERT(c, ...) ((void)0)
+#else
+#define TC_ASSERT(c, ...) \
+  ((c) ? (void)0 : tensor_assert_fail(__FILE__, __LINE__, #c))
+#endif
+void tensor_assert_fail(const char *file, int line, const char *cond)
+  __attribute__((noreturn));
+
+/* -- Dtypes ---------------------------------------------------------------- */
+
+extern const size_t tensor_dtype_size[TC_DTYPE__MAX];
+static inline bool tensor_dtype_valid(tc_dtype dt)
+{
+  return (unsigned)dt < TC_DTYPE__MAX;
+}
+static inline bool tensor_dtype_is_float(tc_dtype dt)
+{
+  return dt == TC_F32 || dt == TC_F64;
+}
+
+/* -- Op table -------------------------------------------------------------- */
+
+typedef enum {
+#define TC_OP(n, k, ni, ns, fl, ty, tw, ex) TC_OP_##n,
+#include "ops.def"
+  TC_OP__MAX
+} tc_op;
+
+typedef enum { OPK_PW, OPK_RD, OPK_VW, OPK_EX, OPK_CP, OPK_CR } op_kind;
+enum { OPF_N = 0, OPF_F = 1, OPF_C = 2, OPF_M = 4, OPF_FC = OPF_F | OPF_C };
+typedef enum {
+  TR_SAME, TR_ARITH, TR_FLT, TR_CMP, TR_INT, TR_IDX, TR_ARG, TR_DST
+} type_rule;
+
+typedef struct {
+  const char *name;
+  uint8_t kind;     /* op_kind */
+  uint8_t nin;      /* tensor inputs */
+  uint8_t nsc;      /* scalar arguments */
+  uint8_t flags;    /* OPF_* */
+  uint8_t type;     /* type_rule */
+  uint16_t twin;    /* tc_op */
+} op_info;
+
+extern const op_info op_table[TC_OP__MAX];
+
+/* -- Storage and tensors --------------------------------------------------- */
+
+enum { TC_DEV_CPU = 0, TC_DEV_CUDA = 1 };
+
+/* Data of one or more tensors. Refcounted separately from tensor handles,
+** so views share it. */
+typedef struct tensor_storage {
+  atomic_int refs;
+  int device;
+  size_t nbytes;
+  void *data;           /* owned, from the caching allocator */
+  atomic_uint_fast64_t version;  /* bumped by every in-place write */
+  uint32_t pending;     /* traced in-place writes not yet written (trace) */
+} tensor_storage;
+
+/* Dispatch keys, in priority order (highest set bit wins). ORDER KEY */
+typedef enum { TC_KEY_CPU = 0, TC_KEY_CUDA = 1, TC_KEY_TRACE = 2,
+               TC_KEY__MAX } tc_key;
+#define TC_KEYSET(k) (1u << (k))
+
+struct tc_tensor {
+  atomic_int refs;
+  uint8_t dtype;        /* tc_dtype */
+  uint8_t ndim;
+  uint8_t keys;         /* dispatch key set, TC_KEYSET bits */
+  uint8_t kept;         /* tc_keep()ed in the innermost scope */
+  int32_t scope_slot;   /* index in the thread's scope stack, -1 if none */
+  int64_t numel;
+  int64_t offset;       /* in elements, into storage */
+  int64_t shape[TC_MAX_DIMS];
+  int64_t stride[TC_MAX_DIMS];   /* in elements; 0 for broadcast dims */
+  tensor_storage *storage;       /* owned ref; NULL while lazy */
+  void *lazy;           /* trace's node while lazy: a ref owned by trace;
+                           shape/stride/offset then index that node's
+                           contiguous value (a lazy view) */
+  tc_tensor *lazy_next; /* trace's list of the handles of one node */
+};
+
+/* Hooks trace sets at init, so lower layers can ask for realization
+** without depending on it. Each returns 0 or -1 (error set). */
+typedef struct {
+  int (*realize)(tc_tensor *t);   /* t lazy, or its storage has pending
+                                     writes: compute them now */
+  int (*sync)(void);              /* complete every pending write */
+  int (*realize_all)(void);       /* realize every lazy tensor too */
+} tensor_trace_hooks;
+extern tensor_trace_hooks tensor_hooks;
+/* Make t readable (materialized, no pending writes); 0 or -1. */
+static inline int tensor_make_readable(tc_tensor *t)
+{
+  if ((t->lazy || (t->storage && t->storage->pending)) && tensor_hooks.realize)
+    return tensor_hooks.realize(t);
+  return 0;
+}
+
+/* -- Logging (TC_LOG=cat,cat,...) ------------------------------------------ */
+
+typedef enum {
+  TC_LOG_REGIONS = 1, TC_LOG_GUARDS = 2, TC_LOG_RECOMPILES = 4,
+  TC_LOG_FUSION = 8, TC_LOG_COMPILE = 16, TC_LOG_CACHE = 32,
+  TC_LOG_FALLBACK = 64
+} tc_log_cat;
+/* Categories enabled by TC_LOG (read once). */
+unsigned tensor_log_mask(void);
+static inline bool tensor_log_on(tc_log_cat c) { return (tensor_log_mask() & c) != 0; }
+/* One line "tc[cat]: ..." to stderr. */
+void tensor_log(tc_log_cat c, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+
+/* Allocate a contiguous tensor (uninitialized data). */
+tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape);
+/* A new handle over t's storage with the given geometry (a view). */
+tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset);
+/* Set by trace: frees a lazy tensor's node when its handle dies. */
+extern void (*tensor_lazy_release_hook)(tc_tensor *t);
+/* Drop a reference the library holds (never the program's scope slot). */
+void tensor_unref(tc_tensor *t);
+/* Free a handle whose refcount reached zero (scope bookkeeping included). */
+void tensor_free(tc_tensor *t);
+
+static inline void *tensor_ptr(const tc_tensor *t)
+{
+  return (char *)t->storage->data
+         + t->offset * (int64_t)tensor_dtype_size[t->dtype];
+}
+bool tensor_is_contiguous(const tc_tensor *t);
+/* Validate a user shape: 0 <= ndim <= TC_MAX_DIMS, sizes >= 0, numel fits
+** in int64 and in memory. Returns numel, or -1 with the error set. */
+int64_t tensor_check_shape(const char *fn, int ndim, const int64_t *shape);
+void tensor_contiguous_strides(int ndim, const int64_t *shape,
+                               int64_t *stride);
+/* Normalize a possibly negative dim against ndim; -1 with error if bad. */
+int tensor_wrap_dim(const char *fn, int dim, int ndim);
+/* Do a and b's storages overlap in memory? (same storage object) */
+static inline bool tensor_shares_storage(const tc_tensor *a,
+                                         const tc_tensor *b)
+{
+  return a->storage && a->storage == b->storage;
+}
+bool tensor_same_view(const tc_tensor *a, const tc_tensor *b);
+
+/* -- The caching allocator (principle 11) ---------------------------------- */
+
+void *tensor_alloc(size_t nbytes);     /* 64-byte aligned; NULL on failure */
+void tensor_free_block(void *p, size_t nbytes);
+void tensor_alloc_stats(uint64_t *live, uint64_t *hits, uint64_t *misses);
+void tensor_alloc_trim(void);          /* return cached blocks to the OS */
+void tensor_alloc_reset_stats(void);
+
+/* -- Scopes ---------------------------------------------------------------- */
+
+/* Register a new tensor with the innermost open scope (no-op if none). */
+void tensor_scope_track(tc_tensor *t);
+void tensor_scope_forget(tc_tensor *t);
+
+/* -- Shape inference (infer.c): the checks every op makes at its call ------ */
+
+/* Broadcast shapes of n tensors into out; -1 with a message naming fn. */
+int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
+                     int *ndim, int64_t *shape);
+/* Result dtype of op for the given inputs and scalar arguments s (NULL
+** when the op has none), or TC_DTYPE__MAX with the error set. */
+tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
+                             const tc_tensor *const *ts, const double *s);
+/* The dtype a pointwise op computes in (comparisons: the promoted inputs). */
+tc_dtype tensor_compute_dtype(tc_op op, int n, const tc_tensor *const *ts,
+                              const double *s, tc_dtype result);
+
+/* -- Geometry of views (view.c): pure functions, used by eager and trace -- */
+
+typedef struct {
+  int ndim;
+  int64_t shape[TC_MAX_DIMS];
+  int64_t stride[TC_MAX_DIMS];
+  int64_t offset;
+} tensor_geom;
+
+void tensor_geom_of(const tc_tensor *t, tensor_geom *g);
+/* Each returns 0, or -1 with the error set (naming fn). reshape returns 1
+** when the strides do not allow a view (a copy is needed). */
+int tensor_geom_reshape(const char *fn, tensor_geom *g, int ndim,
+                        const int64_t *shape);
+int tensor_geom_permute(const char *fn, tensor_geom *g, int ndim,
+                        const int *perm);
+int tensor_geom_transpose(const char *fn, tensor_geom *g, int d0, int d1);
+int tensor_geom_slice(const char *fn, tensor_geom *g, int dim, int64_t start,
+                      int64_t end, int64_t step);
+int tensor_geom_expand(const char *fn, tensor_geom *g, int ndim,
+                       const int64_t *shape);
+int tensor_geom_unsqueeze(const char *fn, tensor_geom *g, int dim);
+int tensor_geom_squeeze(const char *fn, tensor_geom *g, int dim);
+
+/* -- Debug ----------------------------------------------------------------- */
+
+void tensor_dump(const tc_tensor *t, FILE *out);
+
+#endif

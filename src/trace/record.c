@@ -1,0 +1,418 @@
+/*
+** record.c -- the TRACE key's handlers: ops on traced tensors record lazy
+** nodes (their arguments were already checked at the call, so errors are
+** raised exactly as in eager mode); views of lazy tensors are lazy views;
+** in-place ops are functionalized. Realization lives in region.c.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "trace_int.h"
+
+_Thread_local trace_state trace_ts;
+
+/* -- Nodes ------------------------------------------------------------------ */
+
+static bool geom_is_contiguous_of(const tensor_geom *g, int ndim,
+                                  const int64_t *shape)
+{
+  if (g->offset != 0 || g->ndim != ndim)
+    return false;
+  int64_t st[TC_MAX_DIMS];
+  tensor_contiguous_strides(ndim, shape, st);
+  for (int d = 0; d < ndim; d++)
+    if (g->shape[d] != shape[d] || (shape[d] != 1 && g->stride[d] != st[d]))
+      return false;
+  return true;
+}
+
+trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
+                           const int64_t *shape)
+{
+  trace_node *n = calloc(1, sizeof *n);
+  if (!n) {
+    tc_seterr(TC_E_NOMEM, "out of memory recording an op");
+    return NULL;
+  }
+  n->op = op;
+  n->dtype = (uint8_t)dt;
+  n->cdtype = (uint8_t)dt;
+  n->ndim = ndim;
+  memcpy(n->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  n->slot = -1;
+  trace_ts.live_nodes++;
+  return n;
+}
+
+void trace_node_retain(trace_node *n) { n->refs++; }
+
+void trace_node_release(trace_node *n)
+{
+  while (n && --n->refs <= 0) {
+    /* Free iteratively along the first input; recurse on the others. */
+    trace_node *next = NULL;
+    for (int i = 0; i < n->nin; i++) {
+      trace_node *in = n->in[i].node;
+      if (!in)
+        continue;
+      if (!next)
+        next = in;
+      else
+        trace_node_release(in);
+    }
+    tensor_unref(n->leaf);
+    tensor_unref(n->value);
+    trace_ts.live_nodes--;
+    free(n);
+    n = next;
+  }
+}
+
+/* The structure hash of a node: its op and attributes, and its inputs'
+** hashes and view geometry. Scalar values are runtime arguments and stay
+** out; whether an op has scalars is implied by the op. O(1) per op. */
+static uint64_t node_hash(const trace_node *n)
+{
+  struct {
+    uint16_t op;
+    uint8_t dtype, cdtype;
+    int32_t ndim, dim, keepdim, nin;
+  } head = { n->op, n->dtype, n->cdtype, n->ndim, n->dim, n->keepdim,
+             n->nin };
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  XXH3_64bits_update(&st, &head, sizeof head);
+  /* Sizes are not structure: guards on the region's inputs hold them. */
+  for (int i = 0; i < n->nin; i++) {
+    const trace_edge *e = &n->in[i];
+    uint64_t h = e->node ? e->node->hash : 0;
+    XXH3_64bits_update(&st, &h, sizeof h);
+    if (e->viewed) {
+      XXH3_64bits_update(&st, &e->geom.ndim, sizeof e->geom.ndim);
+      XXH3_64bits_update(&st, e->geom.shape,
+                         sizeof(int64_t) * (size_t)e->geom.ndim);
+      XXH3_64bits_update(&st, e->geom.stride,
+                         sizeof(int64_t) * (size_t)e->geom.ndim);
+      XXH3_64bits_update(&st, &e->geom.offset, sizeof e->geom.offset);
+    }
+  }
+  return XXH3_64bits_digest(&st);
+}
+
+/* -- Handles ---------------------------------------------------------------- */
+
+static void handle_link(trace_node *n, tc_tensor *h)
+{
+  if (!n->handles)
+    trace_held_add(n);
+  h->lazy_next = n->handles;
+  n->handles = h;
+  trace_node_retain(n);
+}
+
+static void handle_unlink(trace_node *n, tc_tensor *h)
+{
+  for (tc_tensor **p = &n->handles; *p; p = &(*p)->lazy_next)
+    if (*p == h) {
+      *p = h->lazy_next;
+      break;
+    }
+  h->lazy_next = NULL;
+  if (!n->handles)
+    trace_held_remove(n);
+}
+
+/* A lazy handle over node n with geometry g (NULL: n's contiguous shape). */
+tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
+{
+  int ndim = g ? g->ndim : n->ndim;
+  const int64_t *shape = g ? g->shape : n->shape;
+  tc_tensor *h = malloc(sizeof *h);
+  if (!h) {
+    tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
+    return NULL;
+  }
+  memset(h, 0, sizeof *h);
+  atomic_init(&h->refs, 1);
+  h->dtype = n->dtype;
+  h->ndim = (uint8_t)ndim;
+  h->keys = TC_KEYSET(TC_KEY_CPU) | TC_KEYSET(TC_KEY_TRACE);
+  h->scope_slot = -1;
+  h->numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    h->shape[d] = shape[d];
+    h->numel *= shape[d];
+  }
+  if (g) {
+    memcpy(h->stride, g->stride, sizeof(int64_t) * (size_t)ndim);
+    h->offset = g->offset;
+  } else {
+    tensor_contiguous_strides(ndim, shape, h->stride);
+  }
+  h->lazy = n;
+  handle_link(n, h);
+  return h;
+}
+
+/* tensor_lazy_release_hook: a lazy handle died. */
+static void handle_released(tc_tensor *h)
+{
+  trace_node *n = h->lazy;
+  h->lazy = NULL;
+  handle_unlink(n, h);
+  trace_node_release(n);
+}
+
+/* Bind every handle of n to its computed value v (contiguous). */
+void trace_materialize_handles(trace_node *n, tc_tensor *v)
+{
+  trace_node_retain(n);   /* n outlives the loop */
+  while (n->handles) {
+    tc_tensor *h = n->handles;
+    handle_unlink(n, h);
+    h->storage = v->storage;
+    atomic_fetch_add(&v->storage->refs, 1);
+    h->offset += v->offset;
+    h->lazy = NULL;
+    h->keys = TC_KEYSET(TC_KEY_CPU);
+    trace_node_release(n);
+  }
+  trace_node_release(n);
+}
+
+/* -- Edges: how an op reads a tensor ---------------------------------------- */
+
+static trace_node *leaf_new(tc_tensor *t)
+{
+  trace_node *n = trace_node_new(TRACE_OP_LEAF, (tc_dtype)t->dtype, t->ndim,
+                                 t->shape);
+  if (!n)
+    return NULL;
+  n->leaf = tc_retain(t);
+  n->hash = node_hash(n);
+  return n;
+}
+
+/* The edge for reading t: its node (with t's geometry) when lazy; the
+** pending write's node when t is exactly a view with a pending write; else
+** a LEAF, after writing back pending writes to other views of its storage. */
+static int edge_of(tc_tensor *t, trace_edge *e)
+{
+  memset(e, 0, sizeof *e);
+  if (t->lazy) {
+    trace_node *n = t->lazy;
+    tensor_geom_of(t, &e->geom);
+    e->viewed = !geom_is_contiguous_of(&e->geom, n->ndim, n->shape);
+    e->node = n;
+    trace_node_retain(n);
+    return 0;
+  }
+  if (t->storage && t->storage->pending) {
+    trace_pending *w = trace_pending_find(t);
+    if (w) {
+      e->node = w->node;
+      trace_node_retain(w->node);
+      return 0;
+    }
+    if (trace_flush_storage(t->storage) < 0)
+      return -1;
+  }
+  e->node = leaf_new(t);
+  if (!e->node)
+    return -1;
+  trace_node_retain(e->node);
+  return 0;
+}
+
+/* A node computing op for call c, NULL on failure. Its inputs are the last
+** op_table[op].nin of c's: an in-place op's twin may read fewer than the
+** op (COPY_(dst, src) is CAST(src), FILL_(dst) is FILL()). */
+static trace_node *node_for_call(const eager_call *c, tc_op op)
+{
+  trace_node *n = trace_node_new(op, c->dtype, c->ndim, c->shape);
+  if (!n)
+    return NULL;
+  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+  n->cdtype = (uint8_t)c->cdtype;
+  n->nin = c->nin - skip;
+  n->s[0] = c->s[0];
+  n->s[1] = c->s[1];
+  n->dim = c->dim;
+  n->keepdim = c->keepdim;
+  for (int i = 0; i < n->nin; i++)
+    if (c->in[skip + i] && edge_of(c->in[skip + i], &n->in[i]) < 0) {
+      n->refs = 1;
+      trace_node_release(n);
+      return NULL;
+    }
+  n->hash = node_hash(n);
+  return n;
+}
+
+/* Realize everything when the live graph grows past the node limit. */
+static int check_limit(void)
+{
+  if (trace_ts.live_nodes < trace_cfg()->node_limit)
+    return 0;
+  if (tensor_log_on(TC_LOG_REGIONS))
+    tensor_log(TC_LOG_REGIONS, "node limit %d reached: realizing everything",
+           trace_cfg()->node_limit);
+  return trace_realize_all();
+}
+
+/* -- Handlers ------------------------------------------------------------- */
+
+static bool any_lazy(const eager_call *c)
+{
+  for (int i = 0; i < c->nin; i++)
+    if (c->in[i] && c->in[i]->lazy)
+      return true;
+  return false;
+}
+
+static tc_tensor *run_cpu(const eager_call *c)
+{
+  for (int i = 0; i < c->nin; i++)
+    if (c->in[i] && tensor_make_readable(c->in[i]) < 0)
+      return NULL;
+  return eager_lookup(TC_KEY_CPU, c->op)(c);
+}
+
+/* Functional ops: one new node, one new lazy handle. */
+static tc_tensor *trace_functional(const eager_call *c)
+{
+  if (check_limit() < 0)
+    return NULL;
+  trace_node *n = node_for_call(c, c->op);
+  if (!n)
+    return NULL;
+  tc_tensor *h = trace_handle_new(n, NULL);
+  if (!h) {
+    n->refs = 1;
+    trace_node_release(n);
+  }
+  return h;
+}
+
+/* Views: a lazy input gets a new handle on the same node with the view's
+** geometry; a materialized input gets an ordinary (eager) view. */
+static tc_tensor *trace_view(const eager_call *c)
+{
+  tc_tensor *a = c->in[0];
+  if (!a->lazy)
+    return eager_lookup(TC_KEY_CPU, c->op)(c);
+  return trace_handle_new(a->lazy, &c->view);
+}
+
+/* contiguous(): a lazy value is contiguous already unless viewed. */
+static tc_tensor *trace_contiguous(const eager_call *c)
+{
+  tc_tensor *a = c->in[0];
+  if (!a->lazy)
+    return run_cpu(c);
+  trace_node *n = a->lazy;
+  tensor_geom g;
+  tensor_geom_of(a, &g);
+  if (geom_is_contiguous_of(&g, n->ndim, n->shape) && a->dtype == c->dtype)
+    return tc_retain(a);
+  return trace_functional(c);
+}
+
+/* In-place: functionalize. A lazy dst that is the only, unviewed handle of
+** its node is rebound to twin(node, src). Otherwise dst is materialized
+** first, and a pending write (dst, twin(read dst, src)) is kept. */
+static tc_tensor *trace_inplace(const eager_call *c)
+{
+  tc_tensor *dst = c->dst;
+  tc_op twin = (tc_op)op_table[c->op].twin;
+  if (check_limit() < 0)
+    return NULL;
+  if (dst->lazy) {
+    trace_node *old = dst->lazy;
+    tensor_geom g;
+    tensor_geom_of(dst, &g);
+    bool sole = old->handles == dst && !dst->lazy_next &&
+                geom_is_contiguous_of(&g, old->ndim, old->shape);
+    if (!sole && tensor_hooks.realize(dst) < 0)
+      return NULL;
+    if (sole) {
+      trace_node *n = node_for_call(c, twin);
+      if (!n)
+        return NULL;
+      /* Rebind: the handle now shows twin(old, src). */
+      handle_unlink(old, dst);
+      dst->lazy = n;
+      handle_link(n, dst);
+      trace_node_release(old);
+      return dst;
+    }
+  }
+  /* dst is materialized: a pending write, chained onto an earlier one. */
+  trace_pending *w = trace_pending_find(dst);
+  if (!w && dst->storage->pending && trace_flush_storage(dst->storage) < 0)
+    return NULL;
+  trace_node *n = node_for_call(c, twin);
+  if (!n)
+    return NULL;
+  if (trace_pending_set(dst, n) < 0) {
+    n->refs = 1;
+    trace_node_release(n);
+    return NULL;
+  }
+  return dst;
+}
+
+/* Ops that trace does not record run eagerly on realized inputs. */
+static tc_tensor *trace_eager(const eager_call *c)
+{
+  if (!any_lazy(c) && !(c->dst && c->dst->storage->pending))
+    return eager_lookup(TC_KEY_CPU, c->op)(c);
+  return run_cpu(c);
+}
+
+static void register_handlers(void)
+{
+  for (int op = 0; op < TC_OP__MAX; op++) {
+    eager_kernel k;
+    switch (op_table[op].kind) {
+    case OPK_VW:
+      k = trace_view;
+      break;
+    case OPK_PW:
+      k = (op_table[op].flags & OPF_M) ? trace_inplace : trace_functional;
+      break;
+    case OPK_RD:
+    case OPK_CP:
+      k = trace_functional;
+      break;
+    default:
+      k = op == TC_OP_CONTIGUOUS ? trace_contiguous
+          : op == TC_OP_MATMUL   ? trace_functional
+                                 : trace_eager;
+    }
+    eager_register(TC_KEY_TRACE, (tc_op)op, k);
+  }
+}
+
+/* -- Init ------------------------------------------------------------------- */
+
+void trace_init(void)
+{
+  static bool done;
+  if (done)
+    return;
+  done = true;
+  trace_config_load();
+  register_handlers();
+  tensor_lazy_release_hook = handle_released;
+  tensor_hooks.realize = trace_realize_tensor;
+  tensor_hooks.sync = trace_sync;
+  tensor_hooks.realize_all = trace_realize_all;
+}
+
+__attribute__((constructor)) static void trace_ctor(void) { trace_init(); }
+
+int trace_live_nodes(void) { return trace_ts.live_nodes; }

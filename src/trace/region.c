@@ -1,0 +1,604 @@
+/*
+** region.c -- realization: cut the region a realization point needs, hash
+** it, find it in the region table by structure and guards, and run it
+** (compiled plan when hot and compiled, the eager kernels otherwise).
+**
+** A region is the pending subgraph reachable from its outputs. Outputs are
+** the lazy values being read and the pending in-place writes being
+** completed; writing back to a storage pulls in every live value and write
+** that still reads that storage's old contents, so nothing is computed
+** from data overwritten under it. Only outputs are stored: intermediates
+** still held by the program stay lazy and are recomputed if read.
+*/
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "trace_int.h"
+
+static trace_config cfg = { .hot = 2, .recompile_limit = 8,
+                            .node_limit = 2048 };
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static trace_compile_fn compile_hook;
+static trace_run_fn run_hook;
+
+static int env_int(const char *name, int dflt, int lo, int hi)
+{
+  const char *v = getenv(name);
+  if (!v || !*v)
+    return dflt;
+  long x = strtol(v, NULL, 10);
+  return x < lo ? lo : x > hi ? hi : (int)x;
+}
+
+void trace_config_load(void)
+{
+  cfg.hot = env_int("TC_HOT", 2, 1, 1 << 30);
+  cfg.recompile_limit = env_int("TC_RECOMPILE_LIMIT", 8, 1, 1 << 20);
+  cfg.node_limit = env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
+  cache_configure(&(cache_config){ cfg.hot, cfg.recompile_limit });
+}
+
+const trace_config *trace_cfg(void) { return &cfg; }
+
+void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
+{
+  compile_hook = compile;
+  run_hook = run;
+}
+
+/* -- Bookkeeping: held nodes and pending writes ------------------------------ */
+
+static int grow(void **arr, int *cap, int need, size_t esz)
+{
+  if (need <= *cap)
+    return 0;
+  int c = *cap ? *cap * 2 : 16;
+  while (c < need)
+    c *= 2;
+  void *p = realloc(*arr, (size_t)c * esz);
+  if (!p)
+    return -1;
+  *arr = p;
+  *cap = c;
+  return 0;
+}
+
+void trace_held_add(trace_node *n)
+{
+  trace_state *s = &trace_ts;
+  if (grow((void **)&s->held, &s->cap_held, s->nheld + 1,
+           sizeof *s->held) == 0)
+    s->held[s->nheld++] = n;
+}
+
+void trace_held_remove(trace_node *n)
+{
+  trace_state *s = &trace_ts;
+  for (int i = s->nheld - 1; i >= 0; i--)
+    if (s->held[i] == n) {
+      s->held[i] = s->held[--s->nheld];
+      break;
+    }
+  if (s->nheld == 0) {
+    free(s->held);
+    s->held = NULL;
+    s->cap_held = 0;
+  }
+}
+
+trace_pending *trace_pending_find(const tc_tensor *t)
+{
+  trace_state *s = &trace_ts;
+  for (int i = 0; i < s->npending; i++)
+    if (s->pending[i].dst == t || tensor_same_view(s->pending[i].dst, t))
+      return &s->pending[i];
+  return NULL;
+}
+
+int trace_pending_set(tc_tensor *dst, trace_node *n)
+{
+  trace_state *s = &trace_ts;
+  trace_node_retain(n);
+  trace_pending *w = trace_pending_find(dst);
+  if (w) {
+    trace_node_release(w->node);
+    w->node = n;
+    return 0;
+  }
+  if (grow((void **)&s->pending, &s->cap_pending, s->npending + 1,
+           sizeof *s->pending) < 0) {
+    trace_node_release(n);
+    tc_seterr(TC_E_NOMEM, "out of memory recording an in-place write");
+    return -1;
+  }
+  s->pending[s->npending++] = (trace_pending){ tc_retain(dst), n };
+  dst->storage->pending++;
+  return 0;
+}
+
+static void pending_drop(tc_tensor *dst)
+{
+  trace_state *s = &trace_ts;
+  for (int i = 0; i < s->npending; i++)
+    if (s->pending[i].dst == dst) {
+      dst->storage->pending--;
+      trace_node_release(s->pending[i].node);
+      tensor_unref(s->pending[i].dst);
+      s->pending[i] = s->pending[--s->npending];
+      break;
+    }
+  if (s->npending == 0) {
+    free(s->pending);
+    s->pending = NULL;
+    s->cap_pending = 0;
+  }
+}
+
+/* -- Output requests and the write-back closure ------------------------------ */
+
+typedef struct {
+  int n, cap;
+  trace_node **node;
+  tc_tensor **dest;      /* write-back target, or NULL for a lazy value */
+} reqs;
+
+static int req_add(reqs *r, trace_node *n, tc_tensor *dest)
+{
+  for (int i = 0; i < r->n; i++)
+    if (r->node[i] == n && r->dest[i] == dest)
+      return 0;
+  int cap = r->cap;
+  if (grow((void **)&r->node, &cap, r->n + 1, sizeof *r->node) < 0 ||
+      grow((void **)&r->dest, &r->cap, r->n + 1, sizeof *r->dest) < 0)
+    return -1;
+  r->node[r->n] = n;
+  r->dest[r->n++] = dest;
+  return 0;
+}
+
+static bool writes_storage(const reqs *r, const tensor_storage *s)
+{
+  for (int i = 0; i < r->n; i++)
+    if (r->dest[i] && r->dest[i]->storage == s)
+      return true;
+  return false;
+}
+
+/* Does n's pending subgraph read a LEAF on a storage written by r? */
+static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
+{
+  if (n->mark == epoch)
+    return false;
+  n->mark = epoch;
+  if (n->op == TRACE_OP_LEAF)
+    return writes_storage(r, n->leaf->storage);
+  if (n->value)
+    return false;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i].node && reads_written(n->in[i].node, r, epoch))
+      return true;
+  return false;
+}
+
+/* Add every live value and pending write that still reads a storage the
+** region writes, until nothing more is pulled in. */
+static int close_writes(reqs *r)
+{
+  trace_state *s = &trace_ts;
+  bool grew = true;
+  while (grew) {
+    grew = false;
+    for (int i = 0; i < s->npending; i++) {
+      trace_pending *w = &s->pending[i];
+      bool in = false;
+      for (int j = 0; j < r->n; j++)
+        in |= r->dest[j] == w->dst;
+      if (in)
+        continue;
+      if (writes_storage(r, w->dst->storage) ||
+          reads_written(w->node, r, ++s->epoch)) {
+        if (req_add(r, w->node, w->dst) < 0)
+          return -1;
+        grew = true;
+      }
+    }
+    for (int i = 0; i < s->nheld; i++) {
+      trace_node *h = s->held[i];
+      bool in = false;
+      for (int j = 0; j < r->n; j++)
+        in |= r->node[j] == h && !r->dest[j];
+      if (!in && !h->value && reads_written(h, r, ++s->epoch)) {
+        if (req_add(r, h, NULL) < 0)
+          return -1;
+        grew = true;
+      }
+    }
+  }
+  return 0;
+}
+
+/* -- Building the region ----------------------------------------------------- */
+
+typedef struct {
+  trace_region r;
+  int cap_nodes, cap_inputs;
+  XXH3_state_t pattern;  /* which input each leaf edge reads, in order */
+} builder;
+
+static int input_index(builder *b, trace_node *n)
+{
+  tc_tensor *t = n->op == TRACE_OP_LEAF ? n->leaf : n->value;
+  for (int i = 0; i < b->r.ninputs; i++)
+    if (b->r.inputs[i] == t)
+      return i;
+  int cap = b->cap_inputs;
+  if (grow((void **)&b->r.inputs, &cap, b->r.ninputs + 1,
+           sizeof *b->r.inputs) < 0 ||
+      grow((void **)&b->r.input_node, &b->cap_inputs, b->r.ninputs + 1,
+           sizeof *b->r.input_node) < 0)
+    return -1;
+  b->r.inputs[b->r.ninputs] = t;
+  b->r.input_node[b->r.ninputs] = n;
+  /* A computed value enters like a leaf; its structure tells them apart. */
+  uint64_t h[2] = { n->op == TRACE_OP_LEAF, n->hash };
+  XXH3_64bits_update(&b->pattern, h, sizeof h);
+  return b->r.ninputs++;
+}
+
+/* Depth-first from n: pending nodes in postorder (operands first). */
+static int collect(builder *b, trace_node *n, uint64_t epoch)
+{
+  if (n->op == TRACE_OP_LEAF || n->value) {
+    int idx = input_index(b, n);
+    if (idx < 0)
+      return -1;
+    int32_t v = idx;
+    XXH3_64bits_update(&b->pattern, &v, sizeof v);
+    return 0;
+  }
+  if (n->mark == epoch) {
+    int32_t v = -2 - n->slot;   /* a shared operand, by position */
+    XXH3_64bits_update(&b->pattern, &v, sizeof v);
+    return 0;
+  }
+  n->mark = epoch;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i].node && collect(b, n->in[i].node, epoch) < 0)
+      return -1;
+  if (grow((void **)&b->r.nodes, &b->cap_nodes, b->r.nnodes + 1,
+           sizeof *b->r.nodes) < 0)
+    return -1;
+  n->slot = b->r.nnodes;
+  b->r.nodes[b->r.nnodes++] = n;
+  return 0;
+}
+
+static void region_free(trace_region *r)
+{
+  for (int i = 0; i < r->nnodes; i++)
+    r->nodes[i]->slot = -1;
+  for (int i = 0; i < r->noutputs; i++)
+    tensor_unref(r->result[i]);
+  free(r->nodes);
+  free(r->inputs);
+  free(r->input_node);
+  free(r->outputs);
+  free(r->dest);
+  free(r->result);
+}
+
+static int region_build(builder *b, const reqs *q)
+{
+  memset(b, 0, sizeof *b);
+  XXH3_64bits_reset(&b->pattern);
+  trace_region *r = &b->r;
+  r->noutputs = q->n;
+  r->outputs = malloc(sizeof *r->outputs * (size_t)q->n);
+  r->dest = malloc(sizeof *r->dest * (size_t)q->n);
+  r->result = calloc((size_t)q->n, sizeof *r->result);
+  if (!r->outputs || !r->dest || !r->result)
+    return -1;
+  uint64_t epoch = ++trace_ts.epoch;
+  for (int i = 0; i < q->n; i++) {
+    r->outputs[i] = q->node[i];
+    r->dest[i] = q->dest[i];
+    if (collect(b, q->node[i], epoch) < 0)
+      return -1;
+  }
+  /* Write-back targets are inputs too, so guards see their aliasing. */
+  for (int i = 0; i < q->n; i++) {
+    if (!q->dest[i])
+      continue;
+    int j = 0;
+    while (j < r->ninputs && r->inputs[j] != q->dest[i])
+      j++;
+    if (j == r->ninputs) {
+      int cap = b->cap_inputs;
+      if (grow((void **)&r->inputs, &cap, r->ninputs + 1,
+               sizeof *r->inputs) < 0 ||
+          grow((void **)&r->input_node, &b->cap_inputs, r->ninputs + 1,
+               sizeof *r->input_node) < 0)
+        return -1;
+      r->inputs[r->ninputs] = q->dest[i];
+      r->input_node[r->ninputs++] = NULL;
+    }
+    int32_t v = -1000000 - j;
+    XXH3_64bits_update(&b->pattern, &v, sizeof v);
+  }
+  for (int i = 0; i < q->n; i++) {
+    uint64_t h[2] = { q->node[i]->hash, q->dest[i] != NULL };
+    XXH3_64bits_update(&b->pattern, h, sizeof h);
+  }
+  r->hash = XXH3_64bits_digest(&b->pattern);
+  return 0;
+}
+
+/* -- Running a region eagerly ------------------------------------------------ */
+
+static tc_tensor *edge_tensor(const trace_edge *e, tc_tensor **val)
+{
+  trace_node *s = e->node;
+  tc_tensor *t = s->op == TRACE_OP_LEAF ? s->leaf
+                 : s->value             ? s->value
+                                        : val[s->slot];
+  if (!e->viewed)
+    return tc_retain(t);
+  const tensor_geom *g = &e->geom;
+  return tensor_new_view(t, g->ndim, g->shape, g->stride,
+                         t->offset + g->offset);
+}
+
+static tc_tensor *run_node(trace_node *n, tc_tensor **val)
+{
+  eager_call c;
+  memset(&c, 0, sizeof c);
+  c.op = (tc_op)n->op;
+  c.fn = op_table[n->op].name;
+  c.nin = n->nin;
+  c.s[0] = n->s[0];
+  c.s[1] = n->s[1];
+  c.dim = n->dim;
+  c.keepdim = n->keepdim;
+  c.dtype = (tc_dtype)n->dtype;
+  c.cdtype = (tc_dtype)n->cdtype;
+  c.ndim = n->ndim;
+  memcpy(c.shape, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+  bool ok = true;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i].node && !(c.in[i] = edge_tensor(&n->in[i], val)))
+      ok = false;
+  tc_tensor *out = ok ? eager_lookup(TC_KEY_CPU, c.op)(&c) : NULL;
+  for (int i = 0; i < n->nin; i++)
+    tensor_unref(c.in[i]);
+  return out;
+}
+
+/* Run every node with the eager kernels, freeing each temporary after its
+** last use; outputs go to r->result. */
+static int run_eager(trace_region *r)
+{
+  int n = r->nnodes;
+  tc_tensor **val = calloc((size_t)n + 1, sizeof *val);
+  int *uses = calloc((size_t)n + 1, sizeof *uses);
+  if (!val || !uses) {
+    free(val);
+    free(uses);
+    return tc_seterr(TC_E_NOMEM, "out of memory running a region"), -1;
+  }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < r->nodes[i]->nin; k++) {
+      trace_node *s = r->nodes[i]->in[k].node;
+      if (s && s->slot >= 0)
+        uses[s->slot]++;
+    }
+  for (int i = 0; i < r->noutputs; i++)
+    uses[r->outputs[i]->slot]++;
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    trace_node *nd = r->nodes[i];
+    val[i] = run_node(nd, val);
+    if (!val[i]) {
+      rc = -1;
+      break;
+    }
+    for (int k = 0; k < nd->nin; k++) {
+      trace_node *s = nd->in[k].node;
+      if (s && s->slot >= 0 && --uses[s->slot] == 0) {
+        tensor_unref(val[s->slot]);
+        val[s->slot] = NULL;
+      }
+    }
+  }
+  if (rc == 0)
+    for (int i = 0; i < r->noutputs; i++)
+      r->result[i] = tc_retain(val[r->outputs[i]->slot]);
+  for (int i = 0; i < n; i++)
+    tensor_unref(val[i]);
+  free(val);
+  free(uses);
+  return rc;
+}
+
+/* -- The region table ------------------------------------------------------- */
+
+static void log_guard_failure(cache_struct *s, const trace_region *r)
+{
+  char why[256];
+  guard_explain(s->variants->guards, r->ninputs,
+                (const tc_tensor *const *)r->inputs, why, sizeof why);
+  if (tensor_log_on(TC_LOG_RECOMPILES) || tensor_log_on(TC_LOG_GUARDS))
+    tensor_log(tensor_log_on(TC_LOG_RECOMPILES) ? TC_LOG_RECOMPILES : TC_LOG_GUARDS,
+           "region %016llx: guard failed: %s (variant %d%s)",
+           (unsigned long long)r->hash, why, s->nvariants + 1,
+           s->want_dynamic ? ", shape-dynamic" : "");
+}
+
+/* Find or make the entry for r; compile it when it just became hot. */
+static cache_entry *lookup(const trace_region *r)
+{
+  const tc_tensor *const *ins = (const tc_tensor *const *)r->inputs;
+  cache_struct *s = cache_struct_get(r->hash);
+  if (!s)
+    return NULL;
+  cache_entry *e = cache_variant_find(s, r->ninputs, ins);
+  if (!e) {
+    if (s->variants) {
+      eager_count(ST_GUARD_FAILURES);
+      log_guard_failure(s, r);
+    }
+    e = cache_variant_add(s, r->ninputs, ins);
+    if (!e)
+      return NULL;
+  }
+  if (cache_hit(e)) {
+    if (tensor_log_on(TC_LOG_REGIONS))
+      tensor_log(TC_LOG_REGIONS, "region %016llx hot after %llu runs: %d nodes, "
+             "%d inputs, %d outputs", (unsigned long long)r->hash,
+             (unsigned long long)e->hits, r->nnodes, r->ninputs,
+             r->noutputs);
+    if (compile_hook) {
+      char reason[256] = "";
+      e->state = CACHE_COMPILING;
+      if (compile_hook(r, e->guards->dynamic, &e->plan, &e->plan_free,
+                       reason, sizeof reason) == 0) {
+        e->state = CACHE_COMPILED;
+      } else {
+        e->state = CACHE_FAILED;
+        eager_count(ST_COMPILE_FAILURES);
+        tensor_log(TC_LOG_FALLBACK, "region %016llx: compile failed, running "
+               "eagerly: %s", (unsigned long long)r->hash, reason);
+      }
+    }
+  }
+  return e;
+}
+
+/* -- Realization ---------------------------------------------------------- */
+
+static void finish(trace_region *r)
+{
+  for (int i = 0; i < r->noutputs; i++) {
+    trace_node *n = r->outputs[i];
+    tc_tensor *v = r->result[i];
+    if (r->dest[i]) {
+      if (v)   /* eager result; a plan writes dest itself */
+        eager_copy_into(r->dest[i], v);
+      atomic_fetch_add(&r->dest[i]->storage->version, 1);
+      pending_drop(r->dest[i]);
+    } else if (v && !n->value) {
+      n->value = tc_retain(v);
+      trace_materialize_handles(n, v);
+    }
+  }
+}
+
+static int realize(reqs *q)
+{
+  if (q->n == 0)
+    return 0;
+  if (close_writes(q) < 0)
+    return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+  builder b;
+  trace_region *r = &b.r;
+  if (region_build(&b, q) < 0) {
+    region_free(r);
+    return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+  }
+  /* Keep the outputs alive while handles and writes are rebound. */
+  for (int i = 0; i < r->noutputs; i++)
+    trace_node_retain(r->outputs[i]);
+  eager_tls_keys saved = eager_tls_get();
+  eager_tls_set((eager_tls_keys){ saved.include,
+                                  saved.exclude | TC_KEYSET(TC_KEY_TRACE) });
+  pthread_mutex_lock(&table_lock);
+  cache_entry *e = lookup(r);
+  pthread_mutex_unlock(&table_lock);
+  eager_count(ST_REGIONS);
+  int rc = -1;
+  if (e && e->state == CACHE_COMPILED && run_hook) {
+    rc = run_hook(e->plan, r);
+    if (rc == 0) {
+      e->runs_compiled++;
+      eager_count(ST_REGIONS_COMPILED);
+    }
+  }
+  if (rc != 0) {
+    rc = run_eager(r);
+    if (e)
+      e->runs_eager++;
+    eager_count(ST_REGIONS_EAGER);
+  }
+  eager_tls_set(saved);
+  if (rc == 0)
+    finish(r);
+  for (int i = 0; i < r->noutputs; i++)
+    trace_node_release(r->outputs[i]);
+  region_free(r);
+  return rc;
+}
+
+static void reqs_free(reqs *q)
+{
+  free(q->node);
+  free(q->dest);
+}
+
+int trace_realize_tensor(tc_tensor *t)
+{
+  reqs q = { 0 };
+  int rc = 0;
+  if (t->lazy)
+    rc = req_add(&q, t->lazy, NULL);
+  else if (t->storage && t->storage->pending)
+    for (int i = 0; i < trace_ts.npending && rc == 0; i++)
+      if (trace_ts.pending[i].dst->storage == t->storage)
+        rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+  if (rc == 0)
+    rc = realize(&q);
+  reqs_free(&q);
+  return rc;
+}
+
+int trace_flush_storage(tensor_storage *s)
+{
+  reqs q = { 0 };
+  int rc = 0;
+  for (int i = 0; i < trace_ts.npending && rc == 0; i++)
+    if (trace_ts.pending[i].dst->storage == s)
+      rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+  if (rc == 0)
+    rc = realize(&q);
+  reqs_free(&q);
+  return rc;
+}
+
+int trace_sync(void)
+{
+  reqs q = { 0 };
+  int rc = 0;
+  for (int i = 0; i < trace_ts.npending && rc == 0; i++)
+    rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+  if (rc == 0)
+    rc = realize(&q);
+  reqs_free(&q);
+  return rc;
+}
+
+int trace_realize_all(void)
+{
+  reqs q = { 0 };
+  int rc = 0;
+  for (int i = 0; i < trace_ts.npending && rc == 0; i++)
+    rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+  for (int i = 0; i < trace_ts.nheld && rc == 0; i++)
+    if (!trace_ts.held[i]->value)
+      rc = req_add(&q, trace_ts.held[i], NULL);
+  if (rc == 0)
+    rc = realize(&q);
+  reqs_free(&q);
+  return rc;
+}

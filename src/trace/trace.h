@@ -1,0 +1,86 @@
+/*
+** trace.h -- the TRACE dispatch key: ops on traced tensors record lazy
+** nodes; realization points cut regions, which are recognised by their
+** structure hash and guards in the region table (src/cache), run eagerly
+** while cold and through the compile hook's plan once hot.
+**
+** The graph
+**   A node is one op's value (logically contiguous). A lazy handle points
+**   at a node and carries a geometry (shape/strides/offset) over that
+**   value, so views of lazy tensors are lazy views, never nodes. An input
+**   edge likewise carries the geometry of the handle it was read through.
+**   Materialized inputs enter as LEAF nodes holding the tensor.
+**   In-place ops are functionalized: on a lazy tensor the handle is
+**   rebound to twin(old, src); on a materialized one a pending write
+**   (dst, node) is kept and written back when realized.
+*/
+#ifndef TC_TRACE_H
+#define TC_TRACE_H
+
+#include "../eager/eager.h"
+#include "../cache/cache.h"
+
+#define TRACE_OP_LEAF TC_OP__MAX   /* node op of materialized inputs */
+
+typedef struct trace_node trace_node;
+
+typedef struct {
+  trace_node *node;      /* owned ref */
+  bool viewed;           /* geom differs from node's contiguous layout */
+  tensor_geom geom;      /* valid when viewed */
+} trace_edge;
+
+struct trace_node {
+  int refs;
+  uint16_t op;           /* tc_op, or TRACE_OP_LEAF */
+  uint8_t dtype, cdtype;
+  int ndim;
+  int64_t shape[TC_MAX_DIMS];
+  int nin;
+  trace_edge in[3];
+  double s[2];
+  int dim;
+  bool keepdim;
+  uint64_t hash;         /* structure of the subgraph, kept incrementally */
+  tc_tensor *leaf;       /* LEAF: the materialized tensor (owned ref) */
+  tc_tensor *value;      /* computed value (contiguous, owned ref) */
+  tc_tensor *handles;    /* lazy handles over this node (borrowed list) */
+  uint64_t mark;         /* walk epoch */
+  int slot;              /* index in the region being realized */
+};
+
+/* A region being realized: its nodes in topological order, its inputs
+** (leaf tensors, in first-visit order, then write-back destinations) and
+** its outputs. Plans produced by the compile hook run it. */
+typedef struct {
+  int nnodes;
+  trace_node **nodes;        /* pending nodes, operands first */
+  int ninputs;
+  tc_tensor **inputs;        /* leaf tensors / computed values (borrowed) */
+  trace_node **input_node;   /* the node each input stands for */
+  int noutputs;
+  trace_node **outputs;      /* output nodes, in request order */
+  tc_tensor **dest;          /* write-back target per output, or NULL */
+  tc_tensor **result;        /* per output, set by the run: its value */
+  uint64_t hash;             /* structure hash (nodes, alias pattern,
+                                outputs) */
+} trace_region;
+
+/* The compile hook: make a plan for a hot region (the fuser fills it in).
+** Returns 0 with *plan set, or -1 with reason written (the region is then
+** marked failed and runs eagerly for good). */
+typedef int (*trace_compile_fn)(const trace_region *r, bool dynamic,
+                                void **plan, void (**plan_free)(void *),
+                                char *reason, size_t rlen);
+/* Run a plan: write every output's value into r->result[i] (new
+** references) or, for write-backs, into r->dest[i]. 0 or -1. */
+typedef int (*trace_run_fn)(void *plan, trace_region *r);
+void trace_set_compiler(trace_compile_fn compile, trace_run_fn run);
+
+/* Registered at load; also callable (idempotent). */
+void trace_init(void);
+
+/* Node count of the live graph (tests). */
+int trace_live_nodes(void);
+
+#endif

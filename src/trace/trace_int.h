@@ -1,0 +1,56 @@
+/*
+** trace_int.h -- trace's private state and functions, shared by record.c
+** (recording) and region.c (realization).
+*/
+#ifndef TC_TRACE_INT_H
+#define TC_TRACE_INT_H
+
+#include "trace.h"
+
+typedef struct {
+  int hot;              /* TC_HOT */
+  int recompile_limit;  /* TC_RECOMPILE_LIMIT */
+  int node_limit;       /* TC_NODE_LIMIT */
+} trace_config;
+
+void trace_config_load(void);
+const trace_config *trace_cfg(void);
+
+/* A traced in-place write not yet written back. */
+typedef struct {
+  tc_tensor *dst;       /* owned ref: the view written */
+  trace_node *node;     /* owned ref: its new value */
+} trace_pending;
+
+/* Per-thread: the graph being recorded. */
+typedef struct {
+  int live_nodes;
+  trace_pending *pending;   /* owned array */
+  int npending, cap_pending;
+  trace_node **held;        /* nodes with live handles (borrowed) */
+  int nheld, cap_held;
+  uint64_t epoch;           /* walk marks */
+} trace_state;
+
+extern _Thread_local trace_state trace_ts;
+
+trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
+                           const int64_t *shape);
+void trace_node_retain(trace_node *n);
+void trace_node_release(trace_node *n);
+tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g);
+void trace_materialize_handles(trace_node *n, tc_tensor *v);
+
+void trace_held_add(trace_node *n);
+void trace_held_remove(trace_node *n);
+
+trace_pending *trace_pending_find(const tc_tensor *t);
+int trace_pending_set(tc_tensor *dst, trace_node *n);
+
+/* Realization (region.c). Each returns 0 or -1 with the error set. */
+int trace_realize_tensor(tc_tensor *t);
+int trace_flush_storage(tensor_storage *s);
+int trace_sync(void);
+int trace_realize_all(void);
+
+#endif

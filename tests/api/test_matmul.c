@@ -1,0 +1,212 @@
+/*
+** test_matmul.c -- tc_matmul for 2-D, batched 3-D, a 2-D operand broadcast
+** over a batch, transposed/sliced/expanded operands, odd and larger sizes,
+** empty dims, f32 and f64, against a naive double triple loop. The error
+** bound is the rigorous one for any summation order: |err| <= 2*k*u*sum|a*b|
+** (u = unit roundoff of the dtype). Integer matmul works exactly or errors.
+*/
+#include "testutil.h"
+
+static const tc_dtype FDT[2] = {TC_F32, TC_F64};
+
+static void check_matmul(tu_arr *A, tu_arr *B, const char *ctx) {
+  bool ab = A->ndim == 3, bb = B->ndim == 3;
+  int64_t batch = ab ? A->shape[0] : bb ? B->shape[0] : 1;
+  int64_t m = A->shape[A->ndim - 2], k = A->shape[A->ndim - 1];
+  int64_t n = B->shape[B->ndim - 1];
+  assert_int_equal(B->shape[B->ndim - 2], k);
+  tc_tensor *r = TU_NN(tc_matmul(A->t, B->t));
+  int64_t os[3] = {batch, m, n};
+  if (ab || bb) TU_SHAPE_IS(r, 3, os);
+  else TU_SHAPE_IS(r, 2, os + 1);
+  assert_int_equal(tc_dtype_of(r), A->dt);
+  double *got = tu_read(r);
+  double u = A->dt == TC_F32 ? 0x1p-24 : 0x1p-53;
+  tu_cmp c;
+  tu_cmp_init(&c, "matmul %s %s", tc_dtype_name(A->dt), ctx);
+  for (int64_t bi = 0; bi < batch; bi++) {
+    const double *a = A->v + (ab ? bi * m * k : 0);
+    const double *b = B->v + (bb ? bi * k * n : 0);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0, abs = 0;
+        for (int64_t p = 0; p < k; p++) {
+          s += a[i * k + p] * b[p * n + j];
+          abs += fabs(a[i * k + p] * b[p * n + j]);
+        }
+        int64_t idx = (bi * m + i) * n + j;
+        if (!tu_close(got[idx], s, 0, 2.0 * (double)k * u * abs))
+          tu_cmp_bad(&c, idx, got[idx], s, (double)i);
+      }
+  }
+  free(got);
+  tc_release(r);
+  TU_CMP_DONE(c);
+}
+
+static void run(tc_dtype dt, int la, int an, const int64_t *as, int lb, int bn,
+                const int64_t *bs, const char *ctx, uint64_t seed) {
+  tu_arr A = tu_make_unif(dt, la, an, as, -1, 1, seed);
+  tu_arr B = tu_make_unif(dt, lb, bn, bs, -1, 1, seed + 1);
+  check_matmul(&A, &B, ctx);
+  tu_free(&A);
+  tu_free(&B);
+}
+
+static void test_matmul_2d(void **state) {
+  (void)state;
+  for (int t = 0; t < 2; t++) {
+    tc_dtype dt = FDT[t];
+    run(dt, TU_CONTIG, TC_SHAPE(7, 13), TU_CONTIG, TC_SHAPE(13, 5), "7x13@13x5",
+        1);
+    run(dt, TU_CONTIG, TC_SHAPE(128, 256), TU_CONTIG, TC_SHAPE(256, 64),
+        "128x256@256x64", 3);
+    run(dt, TU_CONTIG, TC_SHAPE(129, 257), TU_CONTIG, TC_SHAPE(257, 65),
+        "129x257@257x65", 5);
+    run(dt, TU_CONTIG, TC_SHAPE(1, 300), TU_CONTIG, TC_SHAPE(300, 1),
+        "row@column", 7);
+    run(dt, TU_CONTIG, TC_SHAPE(9, 1), TU_CONTIG, TC_SHAPE(1, 11), "outer", 9);
+    run(dt, TU_CONTIG, TC_SHAPE(3, 1000), TU_CONTIG, TC_SHAPE(1000, 2),
+        "long k", 11);
+  }
+}
+
+static void test_matmul_layouts(void **state) {
+  (void)state;
+  for (int t = 0; t < 2; t++) {
+    tc_dtype dt = FDT[t];
+    run(dt, TU_TRANS, TC_SHAPE(7, 13), TU_TRANS, TC_SHAPE(13, 5),
+        "transposed both", 21);
+    run(dt, TU_TRANS, TC_SHAPE(67, 45), TU_CONTIG, TC_SHAPE(45, 33),
+        "transposed a", 23);
+    run(dt, TU_CONTIG, TC_SHAPE(67, 45), TU_TRANS, TC_SHAPE(45, 33),
+        "transposed b", 25);
+    run(dt, TU_SLICED, TC_SHAPE(7, 13), TU_SLICED, TC_SHAPE(13, 5),
+        "sliced both", 27);
+    run(dt, TU_EXPAND, TC_SHAPE(6, 13), TU_SLICED, TC_SHAPE(13, 5),
+        "expanded a", 29);
+    run(dt, TU_CONTIG, TC_SHAPE(6, 13), TU_EXPAND, TC_SHAPE(13, 5),
+        "expanded b", 31);
+  }
+}
+
+/* (b, m, k) whose last two dims are a transposed view: base (b, k, m). */
+static tu_arr make_inner_transposed(tc_dtype dt, int64_t b, int64_t m,
+                                    int64_t k, uint64_t seed) {
+  tu_arr a = tu_make_unif(dt, TU_CONTIG, 3, (const int64_t[]){b, m, k}, -1, 1,
+                          seed);
+  double *bv = malloc((size_t)(b * m * k) * sizeof(double));
+  for (int64_t x = 0; x < b; x++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t p = 0; p < k; p++)
+        bv[(x * k + p) * m + i] = a.v[(x * m + i) * k + p];
+  tc_tensor *base = tu_from(dt, 3, (const int64_t[]){b, k, m}, bv);
+  free(bv);
+  tc_release(a.t);
+  a.t = TU_NN(tc_transpose(base, 1, 2));
+  tc_release(base);
+  TU_SHAPE_IS(a.t, 3, ((const int64_t[]){b, m, k}));
+  return a;
+}
+
+static void test_matmul_batched(void **state) {
+  (void)state;
+  for (int t = 0; t < 2; t++) {
+    tc_dtype dt = FDT[t];
+    run(dt, TU_CONTIG, TC_SHAPE(3, 7, 13), TU_CONTIG, TC_SHAPE(3, 13, 5),
+        "batched", 41);
+    run(dt, TU_CONTIG, TC_SHAPE(4, 33, 70), TU_CONTIG, TC_SHAPE(4, 70, 17),
+        "batched larger", 43);
+    run(dt, TU_CONTIG, TC_SHAPE(3, 7, 13), TU_CONTIG, TC_SHAPE(13, 5),
+        "batched @ 2-D", 45);
+    run(dt, TU_CONTIG, TC_SHAPE(7, 13), TU_CONTIG, TC_SHAPE(3, 13, 5),
+        "2-D @ batched", 47);
+    run(dt, TU_SLICED, TC_SHAPE(3, 7, 13), TU_TRANS, TC_SHAPE(13, 5),
+        "sliced batched @ transposed 2-D", 49);
+    run(dt, TU_EXPAND, TC_SHAPE(3, 7, 13), TU_CONTIG, TC_SHAPE(3, 13, 5),
+        "expanded batch", 51);
+    tu_arr A = make_inner_transposed(dt, 3, 7, 13, 53);
+    tu_arr B = make_inner_transposed(dt, 3, 13, 5, 55);
+    check_matmul(&A, &B, "batched, inner dims transposed");
+    tu_free(&A);
+    tu_free(&B);
+  }
+}
+
+static void test_matmul_empty(void **state) {
+  (void)state;
+  tc_tensor *a = TU_NN(tc_ones(TC_F32, TC_SHAPE(3, 0)));
+  tc_tensor *b = TU_NN(tc_ones(TC_F32, TC_SHAPE(0, 4)));
+  tc_tensor *r = TU_NN(tc_matmul(a, b));
+  TU_SHAPE_IS(r, 2, ((const int64_t[]){3, 4}));
+  double *g = tu_read(r);
+  for (int i = 0; i < 12; i++) assert_true(g[i] == 0);
+  free(g);
+  tc_tensor *c = TU_NN(tc_ones(TC_F64, TC_SHAPE(0, 5)));
+  tc_tensor *d = TU_NN(tc_ones(TC_F64, TC_SHAPE(5, 4)));
+  tc_tensor *e = TU_NN(tc_matmul(c, d));
+  TU_SHAPE_IS(e, 2, ((const int64_t[]){0, 4}));
+  tc_release(a);
+  tc_release(b);
+  tc_release(r);
+  tc_release(c);
+  tc_release(d);
+  tc_release(e);
+}
+
+/* Exact small integers in floats: the result must be exact too. */
+static void test_matmul_exact_integers(void **state) {
+  (void)state;
+  double a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {7, 8, 9, 10, 11, 12};
+  const double want[4] = {58, 64, 139, 154};
+  for (int t = 0; t < 2; t++) {
+    tc_tensor *ta = tu_from(FDT[t], TC_SHAPE(2, 3), a);
+    tc_tensor *tb = tu_from(FDT[t], TC_SHAPE(3, 2), b);
+    tc_tensor *r = TU_NN(tc_matmul(ta, tb));
+    double *g = tu_read(r);
+    for (int i = 0; i < 4; i++) assert_true(g[i] == want[i]);
+    free(g);
+    tc_release(ta);
+    tc_release(tb);
+    tc_release(r);
+  }
+}
+
+/* Integer matmul: either exact with the input dtype, or a clear error. */
+static void test_matmul_int(void **state) {
+  (void)state;
+  double a[6] = {1, -2, 3, 4, 5, -6}, b[6] = {7, 8, 9, 10, 11, 12};
+  const double want[4] = {22, 24, -1, 10};
+  const tc_dtype idt[2] = {TC_I32, TC_I64};
+  for (int t = 0; t < 2; t++) {
+    tc_tensor *ta = tu_from(idt[t], TC_SHAPE(2, 3), a);
+    tc_tensor *tb = tu_from(idt[t], TC_SHAPE(3, 2), b);
+    tc_clear_error();
+    tc_tensor *r = tc_matmul(ta, tb);
+    if (r) {
+      assert_int_equal(tc_dtype_of(r), idt[t]);
+      TU_SHAPE_IS(r, 2, ((const int64_t[]){2, 2}));
+      double *g = tu_read(r);
+      for (int i = 0; i < 4; i++) assert_true(g[i] == want[i]);
+      free(g);
+    } else {
+      TU_EXPECT_ERR("tc_matmul", "dtype|type");
+    }
+    tc_clear_error();
+    tc_release(r);
+    tc_release(ta);
+    tc_release(tb);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul_2d),
+      cmocka_unit_test(test_matmul_layouts),
+      cmocka_unit_test(test_matmul_batched),
+      cmocka_unit_test(test_matmul_empty),
+      cmocka_unit_test(test_matmul_exact_integers),
+      cmocka_unit_test(test_matmul_int),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
