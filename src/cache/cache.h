@@ -37,7 +37,7 @@ typedef struct cache_struct {
   uint64_t hash;                  /* structure hash of the region */
   int nvariants;                  /* variants ever made (incl. freed) */
   bool want_dynamic;              /* recompile limit reached */
-  cache_entry *variants;          /* most recent first; owned */
+  cache_entry *variants;          /* most recently used first; owned */
   cache_entry *dynamic;           /* the shape-dynamic variant, if any */
   struct cache_struct *next;      /* hash chain; owned by the table */
 } cache_struct;

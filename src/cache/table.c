@@ -34,9 +34,15 @@ cache_struct *cache_struct_get(uint64_t hash)
 cache_entry *cache_variant_find(cache_struct *s, int n,
                                 const tc_tensor *const *ins)
 {
-  for (cache_entry *e = s->variants; e; e = e->next)
-    if (e != s->dynamic && guard_check(e->guards, n, ins))
+  /* Most recently used first: loops repeat their last shape, and a guard
+  ** failure is explained against the variant that ran last. */
+  for (cache_entry **p = &s->variants, *e; (e = *p); p = &e->next)
+    if (e != s->dynamic && guard_check(e->guards, n, ins)) {
+      *p = e->next;
+      e->next = s->variants;
+      s->variants = e;
       return e;
+    }
   if (s->dynamic && guard_check(s->dynamic->guards, n, ins))
     return s->dynamic;
   return NULL;

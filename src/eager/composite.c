@@ -135,7 +135,7 @@ static tc_tensor *cpu_softmax(const eager_call *c)
   tc_tensor *out = tensor_new(c->dtype, c->ndim, c->shape);
   tc_tensor *x = out ? rows_view(t, dim, c->dtype) : NULL;
   bool in_place = dim == t->ndim - 1 || t->ndim <= 1;
-  tc_tensor *rows = !x ? NULL : in_place ? tc_retain(out)
+  tc_tensor *rows = !x ? NULL : in_place ? tensor_ref(out)
                     : tensor_new(c->dtype, x->ndim, x->shape);
   if (!rows) {
     tensor_unref(x);

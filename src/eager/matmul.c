@@ -31,7 +31,7 @@ static tc_tensor *gemm_operand(const tc_tensor *t, tc_dtype dt, bool *trans,
   if (t->dtype == dt && mat_layout(t->shape[nd - 2], t->shape[nd - 1],
                                    t->stride[nd - 2], t->stride[nd - 1],
                                    trans, ld))
-    return tc_retain((tc_tensor *)t);
+    return tensor_ref((tc_tensor *)t);
   tc_tensor *c = eager_contiguous_copy(t, dt);
   if (c) {
     *trans = false;

@@ -315,7 +315,7 @@ static tc_tensor *cpu_reduce(const eager_call *c)
     break;
   case TC_OP_SUM_ALL: {   /* flatten in C order (a copy if strided) */
     tc_tensor *dense = tensor_is_contiguous(t)
-                       ? tc_retain((tc_tensor *)t)
+                       ? tensor_ref((tc_tensor *)t)
                        : eager_contiguous_copy(t, (tc_dtype)t->dtype);
     tc_tensor *flat = dense ? tensor_new_view(dense, 1, &t->numel,
                                               &(int64_t){ 1 }, dense->offset)

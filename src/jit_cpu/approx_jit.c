@@ -12,6 +12,10 @@
 ** makes no difference). C's `c ? a : b` with both arms already evaluated
 ** is SEL; evaluating an arm that C would skip is harmless (no traps, no
 ** side effects).
+**
+** ORDER APPROX: this file mirrors src/tensor/approx.h line by line; a change
+** there needs the same change here. test_jit's sweeps (1M inputs per
+** function and precision, compared bit for bit) catch any drift.
 */
 #include <string.h>
 
@@ -113,8 +117,8 @@ static gcc_jit_rvalue *inf_(pr *p) { return F(p, (double)INFINITY); }
 
 /* -- Building blocks ---------------------------------------------------------- */
 
-/* approx_exp_poly_f32: 1 + (r + r^2 E(r)) */
-static gcc_jit_rvalue *exp_poly_f32(pr *p, gcc_jit_rvalue *r)
+/* approx_expm1_poly_f32: r + r^2 E(r) */
+static gcc_jit_rvalue *expm1_poly_f32(pr *p, gcc_jit_rvalue *r)
 {
   VF(pp, F(p, APPROX_F32_EXP_E4));
   SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E3)));
@@ -123,8 +127,13 @@ static gcc_jit_rvalue *exp_poly_f32(pr *p, gcc_jit_rvalue *r)
   SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E0)));
   VF(r2, mul(p, r, r));
   VF(q, mul(p, r2, pp));
-  SF(q, add(p, q, r));
-  return jb_let(p->j, "ep", p->t, add(p, q, F(p, 1.0)));
+  return jb_let(p->j, "em", p->t, add(p, q, r));
+}
+
+/* approx_exp_poly_f32 */
+static gcc_jit_rvalue *exp_poly_f32(pr *p, gcc_jit_rvalue *r)
+{
+  return jb_let(p->j, "ep", p->t, add(p, expm1_poly_f32(p, r), F(p, 1.0)));
 }
 
 /* approx_expm1_poly_f64: r + r^2 E(r) */
@@ -268,14 +277,7 @@ static gcc_jit_rvalue *build_tanh_f32(pr *p, gcc_jit_rvalue *x)
   VF(nf, sub(p, t, F(p, APPROX_F32_RND)));
   VF(r, sub(p, u, mul(p, nf, F(p, APPROX_F32_LN2_HI))));
   SF(r, sub(p, r, mul(p, nf, F(p, APPROX_F32_LN2_LO))));
-  VF(pp, F(p, APPROX_F32_EXP_E4));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E3)));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E2)));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E1)));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E0)));
-  VF(q, mul(p, r, r));
-  SF(q, mul(p, q, pp));
-  SF(q, add(p, q, r));
+  VF(q, expm1_poly_f32(p, r));
   VF(s, fbits(p, shl(p, sub(p, bits(p, t),
                             U(p, APPROX_F32_RND_BITS - 127u)), 23)));
   VF(em1, add(p, mul(p, s, q), sub(p, s, F(p, 1.0))));

@@ -63,6 +63,24 @@ gcc_jit_rvalue *jb_uconst(jb *j, gcc_jit_type *t, uint64_t v);
 gcc_jit_rvalue *jcpu_approx_call(jb *j, int op, gcc_jit_type *t,
                                  gcc_jit_rvalue *x, gcc_jit_rvalue *y);
 
+/* Which entries a kernel has. Static kernels follow kir_split(). A dynamic
+** ROWS kernel learns its row count only at launch, so it gets both the row
+** mode "main" (unless it has no outer dims) and the split-mode passes, and
+** the launcher picks by the actual row count. */
+static inline void jcpu_modes(const kir_kernel *k, bool *row, bool *split)
+{
+  if (k->kind == KIR_MAP) {
+    *row = true;
+    *split = false;
+  } else if (k->dynamic) {
+    *row = k->ndim > 0;
+    *split = true;
+  } else {
+    *split = kir_split(k);
+    *row = !*split;
+  }
+}
+
 /* -- Codegen (emit.c) --------------------------------------------------------- */
 
 void jcpu_types_init(gcc_jit_context *ctx, jb_types *t);

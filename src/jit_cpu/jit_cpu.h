@@ -81,8 +81,8 @@ double jcpu_last_compile_ms(const jcpu_kernel *jk);
 /* Make the next n compiles fail with JCPU_E_COMPILE (fault injection). */
 void jcpu_fail_next(int n);
 /* Add -fopt-info-vec-optimized=<path> to later compiles (NULL: stop), so a
-** test can assert that loops vectorized. GCC rewrites the file per
-** compile. */
+** test can assert that loops vectorized. GCC appends to the file; each
+** loop is reported as "<entry>.<what>:1:1" (see emit.c's loop_begin). */
 void jcpu_set_vec_report(const char *path);
 
 #endif

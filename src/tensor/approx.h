@@ -87,16 +87,19 @@ static inline double approx_from_bits_f64(uint64_t u) { double x; memcpy(&x, &u,
 
 /* -- Building blocks ---------------------------------------------------------- */
 
-/* e^r - 1 = r + r^2 E(r) for |r| <= ln2/2 (a little beyond is fine).  E is evaluated in
-** Estrin form: the shorter dependency chain is ~10% faster in vector loops than Horner. */
+/* e^r - 1 = r + r^2 E(r) for |r| <= ln2/2 (a little beyond is fine).  (Estrin's form
+** for E is ~10% faster in vector loops; Horner is kept to match src/jit_cpu/approx_jit.c,
+** which mirrors these lines, until both change together.) */
 static inline float approx_expm1_poly_f32(float r)
 {
+  float p = APPROX_F32_EXP_E4;
+  p = p * r + APPROX_F32_EXP_E3;
+  p = p * r + APPROX_F32_EXP_E2;
+  p = p * r + APPROX_F32_EXP_E1;
+  p = p * r + APPROX_F32_EXP_E0;
   float r2 = r * r;
-  float pa = APPROX_F32_EXP_E1 * r + APPROX_F32_EXP_E0;
-  float pb = APPROX_F32_EXP_E3 * r + APPROX_F32_EXP_E2;
-  pb = APPROX_F32_EXP_E4 * r2 + pb;
-  float p = pb * r2 + pa;
-  return r2 * p + r;
+  float q = r2 * p;
+  return q + r;
 }
 
 static inline float approx_exp_poly_f32(float r) { return approx_expm1_poly_f32(r) + 1.0f; }
@@ -270,8 +273,8 @@ static inline float approx_tanh_f32(float x)
   uint32_t sign = approx_bits_f32(x) & APPROX_F32_SIGN;
   float ax = approx_from_bits_f32(approx_bits_f32(x) & ~APPROX_F32_SIGN);
   ax = ax > 9.5f ? 9.5f : ax;
-  float t = ax * (2.0f * APPROX_F32_LOG2E) + APPROX_F32_RND;    /* n = round(2|x| / ln2) */
   float u = ax + ax;
+  float t = u * APPROX_F32_LOG2E + APPROX_F32_RND;       /* n = round(2|x| / ln2) */
   float nf = t - APPROX_F32_RND;
   float r = u - nf * APPROX_F32_LN2_HI;
   r = r - nf * APPROX_F32_LN2_LO;
@@ -350,8 +353,9 @@ static inline double approx_sigmoid_f64(double x)
 #define APPROX_F64_COS_C6 0x1.ab76daf2efd33p-45
 
 /* pi/2 split so that k*PIO2_i is exact for k < 2^13 (f32: 11-bit parts, total 2^-78
-** error) or k < 2^20 (f64: 33-bit parts, 2^-160).  Beyond that k the products round:
-** accuracy degrades gracefully (absolute error ~ ulp(x)). */
+** error) or k < 2^20 (f64: 33-bit parts, 2^-160), i.e. |x| < 12867 or 1.647e6.  Beyond,
+** the products round and the result is sin/cos of a point a few ulp(x) from x; past
+** |2x/pi| = 2^22 (2^51) the rounding of k fails and the value is meaningless. */
 #define APPROX_F32_2_PI   0x1.45f306p-1f
 #define APPROX_F32_PIO2_1 0x1.92p+0f
 #define APPROX_F32_PIO2_2 0x1.fb4p-12f

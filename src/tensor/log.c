@@ -23,6 +23,14 @@ static const struct {
 
 static unsigned mask;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static FILE *sink;   /* NULL: stderr */
+
+void tensor_log_to(FILE *f, unsigned cats)
+{
+  tensor_log_mask();
+  sink = f;
+  mask = cats;
+}
 
 static void parse(void)
 {
@@ -58,5 +66,7 @@ void tensor_log(tc_log_cat c, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "tc[%s]: %s\n", name, line);
+  FILE *out = sink ? sink : stderr;
+  fprintf(out, "tc[%s]: %s\n", name, line);
+  fflush(out);
 }

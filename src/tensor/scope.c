@@ -70,7 +70,7 @@ void tc_scope_end(size_t mark)
       }
     } else {
       t->scope_slot = -1;
-      tensor_unref(t);
+      tc_release(t);   /* the program's creation reference */
     }
   }
   sc.n = w;

@@ -2,6 +2,7 @@
 ** tensor.c -- tensor handles over refcounted storage: creation, lifetime,
 ** metadata. Handles are cheap; views share storage and never copy data.
 */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,14 +13,17 @@ void (*tensor_lazy_release_hook)(tc_tensor *t);
 
 /* -- Storage ------------------------------------------------------------- */
 
+static tensor_storage *storage_alloc(void);
+static void storage_dealloc(tensor_storage *s);
+
 static tensor_storage *storage_new(size_t nbytes)
 {
-  tensor_storage *s = malloc(sizeof *s);
+  tensor_storage *s = storage_alloc();
   if (!s)
     return NULL;
   s->data = tensor_alloc(nbytes);
   if (!s->data) {
-    free(s);
+    storage_dealloc(s);
     return NULL;
   }
   atomic_init(&s->refs, 1);
@@ -34,7 +38,7 @@ static void storage_release(tensor_storage *s)
 {
   if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
     tensor_free_block(s->data, s->nbytes);
-    free(s);
+    storage_dealloc(s);
   }
 }
 
@@ -119,14 +123,84 @@ bool tensor_same_view(const tc_tensor *a, const tc_tensor *b)
 
 /* -- Handles ------------------------------------------------------------- */
 
+/* Handles and storage records come from small per-thread free lists: an
+** op on small tensors is dominated by its allocations (W5). */
+#define HANDLE_CACHE 64
+static _Thread_local struct {
+  void *handles[HANDLE_CACHE];
+  int nhandles;
+  void *storages[HANDLE_CACHE];
+  int nstorages;
+} fl;
+
+static void free_lists_fini(void *unused)
+{
+  (void)unused;
+  while (fl.nhandles)
+    free(fl.handles[--fl.nhandles]);
+  while (fl.nstorages)
+    free(fl.storages[--fl.nstorages]);
+}
+
+/* A thread's lists are emptied when it exits (and at process exit). */
+static pthread_key_t fl_key;
+static pthread_once_t fl_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool fl_registered;
+
+static void fl_key_make(void) { pthread_key_create(&fl_key, free_lists_fini); }
+
+static void fl_register(void)
+{
+  pthread_once(&fl_once, fl_key_make);
+  pthread_setspecific(fl_key, &fl);
+  fl_registered = true;
+}
+
+__attribute__((destructor)) static void free_lists_at_exit(void)
+{
+  free_lists_fini(NULL);
+}
+
+tc_tensor *tensor_handle_alloc(void)
+{
+  return fl.nhandles ? fl.handles[--fl.nhandles] : malloc(sizeof(tc_tensor));
+}
+
+void tensor_handle_dealloc(tc_tensor *t)
+{
+  if (!fl_registered)
+    fl_register();
+  if (fl.nhandles < HANDLE_CACHE)
+    fl.handles[fl.nhandles++] = t;
+  else
+    free(t);
+}
+
+static tensor_storage *storage_alloc(void)
+{
+  return fl.nstorages ? fl.storages[--fl.nstorages]
+                      : malloc(sizeof(tensor_storage));
+}
+
+static void storage_dealloc(tensor_storage *s)
+{
+  if (!fl_registered)
+    fl_register();
+  if (fl.nstorages < HANDLE_CACHE)
+    fl.storages[fl.nstorages++] = s;
+  else
+    free(s);
+}
+
 static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
 {
-  tc_tensor *t = malloc(sizeof *t);
+  tc_tensor *t = tensor_handle_alloc();
   if (!t) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
   atomic_init(&t->refs, 1);
+  atomic_init(&t->user_refs, 1);
   t->dtype = (uint8_t)dt;
   t->ndim = (uint8_t)ndim;
   t->keys = TC_KEYSET(TC_KEY_CPU);
@@ -155,7 +229,7 @@ tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->storage = storage_new(nbytes);
   if (!t->storage) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating %zu bytes", nbytes);
-    free(t);
+    tensor_handle_dealloc(t);
     return NULL;
   }
   return t;
@@ -184,14 +258,21 @@ void tensor_free(tc_tensor *t)
   if (t->lazy && tensor_lazy_release_hook)
     tensor_lazy_release_hook(t);
   storage_release(t->storage);
-  free(t);
+  tensor_handle_dealloc(t);
+}
+
+tc_tensor *tensor_ref(tc_tensor *t)
+{
+  if (t)
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+  return t;
 }
 
 tc_tensor *tc_retain(tc_tensor *t)
 {
   if (t)
-    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
-  return t;
+    atomic_fetch_add_explicit(&t->user_refs, 1, memory_order_relaxed);
+  return tensor_ref(t);
 }
 
 void tensor_unref(tc_tensor *t)
@@ -200,12 +281,15 @@ void tensor_unref(tc_tensor *t)
     tensor_free(t);
 }
 
-/* The program's release. A scoped tensor's scope reference and the
-** program's are one: whichever release comes first drops it, so a tensor
-** released early is not released again by tc_scope_end. */
+/* The program's release. A scope holds the program's creation reference:
+** when the program drops its last reference early, that was the scope's,
+** so tc_scope_end will not release it again. */
 void tc_release(tc_tensor *t)
 {
-  if (t && t->scope_slot >= 0)
+  if (!t)
+    return;
+  if (atomic_fetch_sub_explicit(&t->user_refs, 1, memory_order_relaxed) == 1
+      && t->scope_slot >= 0)
     tensor_scope_forget(t);
   tensor_unref(t);
 }

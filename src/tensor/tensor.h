@@ -102,7 +102,9 @@ typedef enum { TC_KEY_CPU = 0, TC_KEY_CUDA = 1, TC_KEY_TRACE = 2,
 #define TC_KEYSET(k) (1u << (k))
 
 struct tc_tensor {
-  atomic_int refs;
+  atomic_int refs;      /* all references: the program's and tc's own */
+  atomic_int user_refs; /* the program's: creation, tc_retain, minus
+                           tc_release; a scope holds the creation one */
   uint8_t dtype;        /* tc_dtype */
   uint8_t ndim;
   uint8_t keys;         /* dispatch key set, TC_KEYSET bits */
@@ -146,10 +148,15 @@ typedef enum {
 /* Categories enabled by TC_LOG (read once). */
 unsigned tensor_log_mask(void);
 static inline bool tensor_log_on(tc_log_cat c) { return (tensor_log_mask() & c) != 0; }
+/* Send events of categories cats to f (NULL: stderr); for tests. */
+void tensor_log_to(FILE *f, unsigned cats);
 /* One line "tc[cat]: ..." to stderr. */
 void tensor_log(tc_log_cat c, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
 
+/* Raw handle memory (per-thread free list); callers initialize it. */
+tc_tensor *tensor_handle_alloc(void);
+void tensor_handle_dealloc(tc_tensor *t);
 /* Allocate a contiguous tensor (uninitialized data). */
 tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape);
 /* A new handle over t's storage with the given geometry (a view). */
@@ -157,7 +164,9 @@ tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
 /* Set by trace: frees a lazy tensor's node when its handle dies. */
 extern void (*tensor_lazy_release_hook)(tc_tensor *t);
-/* Drop a reference the library holds (never the program's scope slot). */
+/* References tc itself holds (views of work tensors, graph leaves): never
+** the program's, so they do not touch scope bookkeeping. */
+tc_tensor *tensor_ref(tc_tensor *t);
 void tensor_unref(tc_tensor *t);
 /* Free a handle whose refcount reached zero (scope bookkeeping included). */
 void tensor_free(tc_tensor *t);

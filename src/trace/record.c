@@ -4,10 +4,11 @@
 ** raised exactly as in eager mode); views of lazy tensors are lazy views;
 ** in-place ops are functionalized. Realization lives in region.c.
 */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#define XXH_INLINE_ALL   /* one short hash per op: inline it */
 #include <xxhash.h>
 
 #include "trace_int.h"
@@ -29,14 +30,57 @@ static bool geom_is_contiguous_of(const tensor_geom *g, int ndim,
   return true;
 }
 
+/* Nodes come from a per-thread free list: recording is on every op's path
+** (issue 3: tracing costs at most 1.5x an eager op). The list is emptied
+** when its thread exits and at process exit. */
+#define NODE_CACHE 256
+
+static void node_cache_fini(void *unused)
+{
+  (void)unused;
+  while (trace_ts.free_nodes) {
+    trace_node *n = trace_ts.free_nodes;
+    trace_ts.free_nodes = (trace_node *)n->handles;
+    free(n);
+  }
+  trace_ts.nfree = 0;
+}
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool cache_registered;
+
+static void cache_key_make(void)
+{
+  pthread_key_create(&cache_key, node_cache_fini);
+}
+
+__attribute__((destructor)) static void node_cache_at_exit(void)
+{
+  node_cache_fini(NULL);
+}
+
 trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
                            const int64_t *shape)
 {
-  trace_node *n = calloc(1, sizeof *n);
-  if (!n) {
+  trace_node *n = trace_ts.free_nodes;
+  if (n) {
+    trace_ts.free_nodes = (trace_node *)n->handles;
+    trace_ts.nfree--;
+  } else if (!(n = malloc(sizeof *n))) {
     tc_seterr(TC_E_NOMEM, "out of memory recording an op");
     return NULL;
   }
+  /* Everything but the shape and edge geometry, which are set as used. */
+  memset(n, 0, offsetof(trace_node, shape));
+  n->nin = 0;
+  n->s[0] = n->s[1] = 0;
+  n->dim = 0;
+  n->keepdim = false;
+  n->hash = 0;
+  n->leaf = n->value = NULL;
+  n->handles = NULL;
+  n->mark = 0;
   n->op = op;
   n->dtype = (uint8_t)dt;
   n->cdtype = (uint8_t)dt;
@@ -66,7 +110,18 @@ void trace_node_release(trace_node *n)
     tensor_unref(n->leaf);
     tensor_unref(n->value);
     trace_ts.live_nodes--;
-    free(n);
+    if (!cache_registered) {
+      pthread_once(&cache_once, cache_key_make);
+      pthread_setspecific(cache_key, &trace_ts);
+      cache_registered = true;
+    }
+    if (trace_ts.nfree < NODE_CACHE) {
+      n->handles = (tc_tensor *)trace_ts.free_nodes;
+      trace_ts.free_nodes = n;
+      trace_ts.nfree++;
+    } else {
+      free(n);
+    }
     n = next;
   }
 }
@@ -76,30 +131,29 @@ void trace_node_release(trace_node *n)
 ** out; whether an op has scalars is implied by the op. O(1) per op. */
 static uint64_t node_hash(const trace_node *n)
 {
-  struct {
-    uint16_t op;
-    uint8_t dtype, cdtype;
-    int32_t ndim, dim, keepdim, nin;
-  } head = { n->op, n->dtype, n->cdtype, n->ndim, n->dim, n->keepdim,
-             n->nin };
-  XXH3_state_t st;
-  XXH3_64bits_reset(&st);
-  XXH3_64bits_update(&st, &head, sizeof head);
-  /* Sizes are not structure: guards on the region's inputs hold them. */
+  /* One flat buffer, hashed in one call. */
+  int64_t buf[8 + 3 * (2 + 2 * TC_MAX_DIMS)];
+  int k = 0;
+  bool leaf = n->op == TRACE_OP_LEAF;
+  /* A leaf's dtype is guarded, not structure: a region that casts its
+  ** input first is the same region for any input dtype. */
+  buf[k++] = (int64_t)n->op | (int64_t)(leaf ? 0 : n->dtype) << 16 |
+             (int64_t)(leaf ? 0 : n->cdtype) << 24 | (int64_t)n->ndim << 32 |
+             (int64_t)n->nin << 40 | (int64_t)n->keepdim << 48;
+  buf[k++] = n->dim;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    uint64_t h = e->node ? e->node->hash : 0;
-    XXH3_64bits_update(&st, &h, sizeof h);
+    buf[k++] = e->node ? (int64_t)e->node->hash : 0;
     if (e->viewed) {
-      XXH3_64bits_update(&st, &e->geom.ndim, sizeof e->geom.ndim);
-      XXH3_64bits_update(&st, e->geom.shape,
-                         sizeof(int64_t) * (size_t)e->geom.ndim);
-      XXH3_64bits_update(&st, e->geom.stride,
-                         sizeof(int64_t) * (size_t)e->geom.ndim);
-      XXH3_64bits_update(&st, &e->geom.offset, sizeof e->geom.offset);
+      buf[k++] = e->geom.ndim | (int64_t)1 << 32;
+      for (int d = 0; d < e->geom.ndim; d++) {
+        buf[k++] = e->geom.shape[d];
+        buf[k++] = e->geom.stride[d];
+      }
+      buf[k++] = e->geom.offset;
     }
   }
-  return XXH3_64bits_digest(&st);
+  return XXH3_64bits(buf, sizeof(int64_t) * (size_t)k);
 }
 
 /* -- Handles ---------------------------------------------------------------- */
@@ -130,13 +184,14 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
 {
   int ndim = g ? g->ndim : n->ndim;
   const int64_t *shape = g ? g->shape : n->shape;
-  tc_tensor *h = malloc(sizeof *h);
+  tc_tensor *h = tensor_handle_alloc();
   if (!h) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
   memset(h, 0, sizeof *h);
   atomic_init(&h->refs, 1);
+  atomic_init(&h->user_refs, 1);
   h->dtype = n->dtype;
   h->ndim = (uint8_t)ndim;
   h->keys = TC_KEYSET(TC_KEY_CPU) | TC_KEYSET(TC_KEY_TRACE);
@@ -191,7 +246,7 @@ static trace_node *leaf_new(tc_tensor *t)
                                  t->shape);
   if (!n)
     return NULL;
-  n->leaf = tc_retain(t);
+  n->leaf = tensor_ref(t);
   n->hash = node_hash(n);
   return n;
 }
@@ -201,7 +256,8 @@ static trace_node *leaf_new(tc_tensor *t)
 ** a LEAF, after writing back pending writes to other views of its storage. */
 static int edge_of(tc_tensor *t, trace_edge *e)
 {
-  memset(e, 0, sizeof *e);
+  e->node = NULL;
+  e->viewed = false;
   if (t->lazy) {
     trace_node *n = t->lazy;
     tensor_geom_of(t, &e->geom);
@@ -235,6 +291,10 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   trace_node *n = trace_node_new(op, c->dtype, c->ndim, c->shape);
   if (!n)
     return NULL;
+  for (int i = 0; i < 3; i++) {
+    n->in[i].node = NULL;
+    n->in[i].viewed = false;
+  }
   int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
   n->cdtype = (uint8_t)c->cdtype;
   n->nin = c->nin - skip;

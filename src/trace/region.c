@@ -83,11 +83,6 @@ void trace_held_remove(trace_node *n)
       s->held[i] = s->held[--s->nheld];
       break;
     }
-  if (s->nheld == 0) {
-    free(s->held);
-    s->held = NULL;
-    s->cap_held = 0;
-  }
 }
 
 trace_pending *trace_pending_find(const tc_tensor *t)
@@ -115,7 +110,7 @@ int trace_pending_set(tc_tensor *dst, trace_node *n)
     tc_seterr(TC_E_NOMEM, "out of memory recording an in-place write");
     return -1;
   }
-  s->pending[s->npending++] = (trace_pending){ tc_retain(dst), n };
+  s->pending[s->npending++] = (trace_pending){ tensor_ref(dst), n };
   dst->storage->pending++;
   return 0;
 }
@@ -131,11 +126,6 @@ static void pending_drop(tc_tensor *dst)
       s->pending[i] = s->pending[--s->npending];
       break;
     }
-  if (s->npending == 0) {
-    free(s->pending);
-    s->pending = NULL;
-    s->cap_pending = 0;
-  }
 }
 
 /* -- Output requests and the write-back closure ------------------------------ */
@@ -277,10 +267,10 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
   return 0;
 }
 
+/* Frees the region's arrays; its nodes' slots must be reset already (the
+** nodes may be gone by now). */
 static void region_free(trace_region *r)
 {
-  for (int i = 0; i < r->nnodes; i++)
-    r->nodes[i]->slot = -1;
   for (int i = 0; i < r->noutputs; i++)
     tensor_unref(r->result[i]);
   free(r->nodes);
@@ -346,7 +336,7 @@ static tc_tensor *edge_tensor(const trace_edge *e, tc_tensor **val)
                  : s->value             ? s->value
                                         : val[s->slot];
   if (!e->viewed)
-    return tc_retain(t);
+    return tensor_ref(t);
   const tensor_geom *g = &e->geom;
   return tensor_new_view(t, g->ndim, g->shape, g->stride,
                          t->offset + g->offset);
@@ -415,7 +405,7 @@ static int run_eager(trace_region *r)
   }
   if (rc == 0)
     for (int i = 0; i < r->noutputs; i++)
-      r->result[i] = tc_retain(val[r->outputs[i]->slot]);
+      r->result[i] = tensor_ref(val[r->outputs[i]->slot]);
   for (int i = 0; i < n; i++)
     tensor_unref(val[i]);
   free(val);
@@ -453,6 +443,11 @@ static cache_entry *lookup(const trace_region *r)
     e = cache_variant_add(s, r->ninputs, ins);
     if (!e)
       return NULL;
+    if (tensor_log_on(TC_LOG_REGIONS))
+      tensor_log(TC_LOG_REGIONS, "region %016llx: new%s: %d nodes, %d "
+                 "inputs, %d outputs", (unsigned long long)r->hash,
+                 e->guards->dynamic ? " (shape-dynamic)" : "", r->nnodes,
+                 r->ninputs, r->noutputs);
   }
   if (cache_hit(e)) {
     if (tensor_log_on(TC_LOG_REGIONS))
@@ -490,7 +485,7 @@ static void finish(trace_region *r)
       atomic_fetch_add(&r->dest[i]->storage->version, 1);
       pending_drop(r->dest[i]);
     } else if (v && !n->value) {
-      n->value = tc_retain(v);
+      n->value = tensor_ref(v);
       trace_materialize_handles(n, v);
     }
   }
@@ -505,6 +500,8 @@ static int realize(reqs *q)
   builder b;
   trace_region *r = &b.r;
   if (region_build(&b, q) < 0) {
+    for (int i = 0; i < r->nnodes; i++)
+      r->nodes[i]->slot = -1;
     region_free(r);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   }
@@ -535,6 +532,8 @@ static int realize(reqs *q)
   eager_tls_set(saved);
   if (rc == 0)
     finish(r);
+  for (int i = 0; i < r->nnodes; i++)
+    r->nodes[i]->slot = -1;
   for (int i = 0; i < r->noutputs; i++)
     trace_node_release(r->outputs[i]);
   region_free(r);

@@ -30,6 +30,8 @@ typedef struct {
   trace_node **held;        /* nodes with live handles (borrowed) */
   int nheld, cap_held;
   uint64_t epoch;           /* walk marks */
+  trace_node *free_nodes;   /* recycled nodes, linked through handles */
+  int nfree;
 } trace_state;
 
 extern _Thread_local trace_state trace_ts;

@@ -372,7 +372,7 @@ static void test_approx_sincos_f32_large(void **state)
       maxabs = fmax(maxabs, fabs(sv - sin(x)));
   }
   printf("  %-16s max abs error %.3g for 1.3e4 < |x| < 1e5\n", "sin f32 large", maxabs);
-  assert_true(maxabs < 1e-3);
+  assert_true(maxabs < 2e-6);
 }
 
 static double pow_bound_f32(float b) { return POW_F32_C0 + POW_F32_C1 * fabs(b); }
@@ -725,9 +725,9 @@ static void test_approx_sincos_special(void **state)
     assert_true(ulp_err_f32(approx_cos_f32(big[i]), cos(big[i])) <= BOUND_SINCOS_F32);
   }
   /* never NaN for finite input, even far outside the range */
-  EQ32((float)isnan(approx_sin_f32(FLT_MAX)), 0.0f);
-  EQ32((float)isnan(approx_cos_f32(-FLT_MAX)), 0.0f);
-  EQ32((float)isnan(approx_sin_f32(1e20f)), 0.0f);
+  assert_false(isnan(approx_sin_f32(FLT_MAX)));
+  assert_false(isnan(approx_cos_f32(-FLT_MAX)));
+  assert_false(isnan(approx_sin_f32(1e20f)));
 
   EQ64(approx_sin_f64(NAN), NAN);
   EQ64(approx_sin_f64(INFINITY), NAN);

@@ -1,0 +1,1249 @@
+/*
+** emit.c -- kernel IR -> libgccjit functions: loop nests with affine
+** (stride) addressing, one local per IR instruction, each primitive with
+** expr.h's exact semantics, casts with eager_convert's rules, and
+** reductions in the canonical order (eager/reduce.c's CHUNK_FN/COMBINE_FN).
+**
+** Shape of the generated code (static kernels bake sizes and strides in as
+** constants; dynamic ones read them from `dims` once at entry):
+**   MAP   decompose lo into coordinates once; per segment of the innermost
+**         dim a counted loop with constant strides (so GCC vectorizes it,
+**         versioning for aliasing at run time); carry into outer dims.
+**   ROWS  per row, pass by pass: REDUCE = chunks of EAGER_CHUNK, each a
+**         16-lane local accumulator array, lanes combined by halving, chunk
+**         partials combined on a binary-counter stack (equal to
+**         COMBINE_FN's pairwise-by-levels order); STORE = a loop over the
+**         row (consecutive STORE passes share one loop); STORE_ROW = one
+**         store. Split mode: one function per pass over a range of chunks
+**         or positions, the launcher combining partials (jit.c).
+** Instructions that use no LOAD are hoisted: CONST/SCALAR-only ones to the
+** function entry, ROWVAR-dependent ones to just before the pass that needs
+** them. All instructions are pure, so evaluating one earlier or more than
+** once never changes a result.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "jcpu_impl.h"
+#include "../eager/eager.h"   /* EAGER_CHUNK, EAGER_LANES */
+
+_Static_assert(EAGER_LANES == 16, "the lane array and halving assume 16");
+
+/* -- Builder helpers ---------------------------------------------------------- */
+
+gcc_jit_lvalue *jb_local(jb *j, gcc_jit_type *t, const char *hint)
+{
+  char name[48];
+  snprintf(name, sizeof name, "%s_%d", hint, j->nloc++);
+  return gcc_jit_function_new_local(j->fn, NULL, t, name);
+}
+
+gcc_jit_block *jb_block(jb *j, const char *hint)
+{
+  char name[48];
+  snprintf(name, sizeof name, "%s_%d", hint, j->nblk++);
+  return gcc_jit_function_new_block(j->fn, name);
+}
+
+void jb_assign(jb *j, gcc_jit_lvalue *lv, gcc_jit_rvalue *v)
+{
+  gcc_jit_block_add_assignment(j->b, NULL, lv, v);
+}
+
+gcc_jit_rvalue *jb_let(jb *j, const char *hint, gcc_jit_type *t,
+                       gcc_jit_rvalue *v)
+{
+  gcc_jit_lvalue *lv = jb_local(j, t, hint);
+  jb_assign(j, lv, v);
+  return gcc_jit_lvalue_as_rvalue(lv);
+}
+
+gcc_jit_rvalue *jb_sel(jb *j, gcc_jit_type *t, gcc_jit_rvalue *c,
+                       gcc_jit_rvalue *x, gcc_jit_rvalue *y)
+{
+  gcc_jit_lvalue *r = jb_local(j, t, "sel");
+  jb_assign(j, r, y);
+  gcc_jit_block *then = jb_block(j, "then"), *join = jb_block(j, "join");
+  gcc_jit_block_end_with_conditional(j->b, NULL, c, then, join);
+  gcc_jit_block_add_assignment(then, NULL, r, x);
+  gcc_jit_block_end_with_jump(then, NULL, join);
+  j->b = join;
+  return gcc_jit_lvalue_as_rvalue(r);
+}
+
+gcc_jit_rvalue *jb_bin(jb *j, enum gcc_jit_binary_op op, gcc_jit_rvalue *a,
+                       gcc_jit_rvalue *b)
+{
+  return gcc_jit_context_new_binary_op(j->ctx, NULL, op,
+                                       gcc_jit_rvalue_get_type(a), a, b);
+}
+
+gcc_jit_rvalue *jb_cmp(jb *j, enum gcc_jit_comparison op, gcc_jit_rvalue *a,
+                       gcc_jit_rvalue *b)
+{
+  return gcc_jit_context_new_comparison(j->ctx, NULL, op, a, b);
+}
+
+gcc_jit_rvalue *jb_cast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t)
+{
+  return gcc_jit_context_new_cast(j->ctx, NULL, v, t);
+}
+
+gcc_jit_rvalue *jb_bitcast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t)
+{
+  return gcc_jit_context_new_bitcast(j->ctx, NULL, v, t);
+}
+
+/* A float constant of type t (f32 values are rounded here, in C, so GCC
+** never sees a REAL_CST wider than its type). NaN is built from its exact
+** bit pattern. */
+gcc_jit_rvalue *jb_fconst(jb *j, gcc_jit_type *t, double v)
+{
+  if (t == j->t->f32) {
+    float f = (float)v;
+    if (f != f) {
+      uint32_t u;
+      memcpy(&u, &f, sizeof u);
+      return jb_bitcast(j, jb_uconst(j, j->t->u32, u), t);
+    }
+    return gcc_jit_context_new_rvalue_from_double(j->ctx, t, (double)f);
+  }
+  if (v != v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return jb_bitcast(j, jb_uconst(j, j->t->u64, u), t);
+  }
+  return gcc_jit_context_new_rvalue_from_double(j->ctx, t, v);
+}
+
+gcc_jit_rvalue *jb_iconst(jb *j, gcc_jit_type *t, int64_t v)
+{
+  return gcc_jit_context_new_rvalue_from_long(j->ctx, t, (long)v);
+}
+
+/* Unsigned constants go through long: libgccjit builds the INTEGER_CST in
+** the target type, so the two's complement bits are kept. */
+gcc_jit_rvalue *jb_uconst(jb *j, gcc_jit_type *t, uint64_t v)
+{
+  return gcc_jit_context_new_rvalue_from_long(j->ctx, t, (long)v);
+}
+
+void jcpu_types_init(gcc_jit_context *ctx, jb_types *t)
+{
+  t->v = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_VOID);
+  t->b = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_BOOL);
+  t->i = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT);
+  t->u8 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT8_T);
+  t->i32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT32_T);
+  t->u32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT32_T);
+  t->i64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT64_T);
+  t->u64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT64_T);
+  t->f32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_FLOAT);
+  t->f64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_DOUBLE);
+  t->cp = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_CHAR);
+  t->cp = gcc_jit_type_get_pointer(t->cp);
+  t->cpp = gcc_jit_type_get_pointer(t->cp);
+  t->dp = gcc_jit_type_get_pointer(t->f64);
+  t->i64p = gcc_jit_type_get_pointer(t->i64);
+  t->vp = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_VOID_PTR);
+}
+
+/* -- Checking ------------------------------------------------------------------ */
+
+#define BAD(...) (snprintf(reason, rlen, __VA_ARGS__), -1)
+
+static bool is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
+
+/* Which instructions does value v reach (itself included)? */
+static void closure(const kir_kernel *k, int v, uint8_t *mark)
+{
+  if (v < 0 || mark[v])
+    return;
+  mark[v] = 1;
+  for (int a = 0; a < kir_arity[k->ins[v].op]; a++)
+    closure(k, k->ins[v].arg[a], mark);
+}
+
+static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
+{
+  const kir_instr *in = &k->ins[i];
+  if (in->op >= KOP__MAX || !tensor_dtype_valid((tc_dtype)in->dtype))
+    return BAD("%%%d: bad opcode or dtype", i);
+  int n = kir_arity[in->op];
+  for (int a = 0; a < n; a++)
+    if (in->arg[a] < 0 || in->arg[a] >= i)
+      return BAD("%%%d: operand %d out of order", i, a);
+  int dt = in->dtype;
+  int d0 = n > 0 ? k->ins[in->arg[0]].dtype : dt;
+  int d1 = n > 1 ? k->ins[in->arg[1]].dtype : dt;
+  const char *nm = kir_opname[in->op];
+  switch (in->op) {
+  case KOP_ADD: case KOP_SUB: case KOP_MUL: case KOP_MAXIMUM:
+  case KOP_MINIMUM:
+    if (d0 != dt || d1 != dt)
+      return BAD("%%%d: %s operands differ from its dtype", i, nm);
+    return 0;
+  case KOP_NEG: case KOP_ABS:
+    return d0 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
+  case KOP_DIV: case KOP_POW:
+    if (!is_float(dt))
+      return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
+    return d0 != dt || d1 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
+  case KOP_SQRT: case KOP_EXP: case KOP_LOG: case KOP_TANH:
+  case KOP_SIGMOID: case KOP_SIN: case KOP_COS:
+    if (!is_float(dt))
+      return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
+    return d0 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
+  case KOP_EQ: case KOP_NE: case KOP_LT: case KOP_LE: case KOP_GT:
+  case KOP_GE:
+    return d0 != d1 ? BAD("%%%d: %s operands differ", i, nm) : 0;
+  case KOP_SEL:
+    if (d1 != dt || k->ins[in->arg[2]].dtype != dt)
+      return BAD("%%%d: SEL arms differ from its dtype", i);
+    return 0;
+  case KOP_CONST: case KOP_CAST:
+    return 0;
+  case KOP_SCALAR:
+    if (in->ref < 0 || in->ref >= k->nscalars || in->ref >= KIR_MAX_SCALARS)
+      return BAD("%%%d: scalar s%d out of range", i, in->ref);
+    return 0;
+  case KOP_LOAD:
+    if (in->ref < 0 || in->ref >= k->nbufs)
+      return BAD("%%%d: LOAD of buf%d", i, in->ref);
+    if (k->buf[in->ref].dtype != dt)
+      return BAD("%%%d: LOAD dtype differs from buf%d", i, in->ref);
+    return 0;
+  case KOP_ROWVAR:
+    if (k->kind != KIR_ROWS || in->ref < 0 || in->ref >= k->npasses ||
+        k->pass[in->ref].kind != KIR_PASS_REDUCE)
+      return BAD("%%%d: ROWVAR of pass%d is not a reduction", i, in->ref);
+    if (k->ins[k->pass[in->ref].value].dtype != dt)
+      return BAD("%%%d: ROWVAR dtype", i);
+    return 0;
+  }
+  return BAD("%%%d: unknown opcode", i);
+}
+
+int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
+{
+  if (k->kind != KIR_MAP && k->kind != KIR_ROWS)
+    return BAD("bad kernel kind");
+  if (k->ndim < 0 || k->ndim > TC_MAX_DIMS || k->nbufs < 0 ||
+      k->nbufs > KIR_MAX_BUFS || k->ninstrs < 0 ||
+      k->ninstrs > KIR_MAX_INSTRS || k->npasses < 0 ||
+      k->npasses > KIR_MAX_PASSES || k->nscalars < 0 ||
+      k->nscalars > KIR_MAX_SCALARS)
+    return BAD("kernel counts out of range");
+  for (int d = 0; d < k->ndim; d++)
+    if (k->size[d] < 0)
+      return BAD("negative size");
+  if (k->kind == KIR_ROWS && k->row_len < 0)
+    return BAD("negative row length");
+  for (int b = 0; b < k->nbufs; b++)
+    if (!tensor_dtype_valid((tc_dtype)k->buf[b].dtype))
+      return BAD("buf%d: bad dtype", b);
+  for (int i = 0; i < k->ninstrs; i++)
+    if (check_instr(k, i, reason, rlen) < 0)
+      return -1;
+  for (int p = 0; p < k->npasses; p++) {
+    const kir_pass *ps = &k->pass[p];
+    if (ps->value < 0 || ps->value >= k->ninstrs)
+      return BAD("pass%d: bad value", p);
+    if (k->kind == KIR_MAP && ps->kind != KIR_PASS_STORE)
+      return BAD("pass%d: a map kernel only stores", p);
+    if (ps->kind > KIR_PASS_STORE_ROW)
+      return BAD("pass%d: bad kind", p);
+    if (ps->kind == KIR_PASS_REDUCE && ps->red > KIR_RED_MIN)
+      return BAD("pass%d: bad reduction", p);
+    if (ps->kind != KIR_PASS_REDUCE &&
+        (ps->out < 0 || ps->out >= k->nbufs ||
+         k->buf[ps->out].role != KIR_OUT))
+      return BAD("pass%d: store to buf%d, not an output", p, ps->out);
+    uint8_t mark[KIR_MAX_INSTRS] = { 0 };
+    closure(k, ps->value, mark);
+    for (int i = 0; i < k->ninstrs; i++) {
+      if (!mark[i])
+        continue;
+      if (k->ins[i].op == KOP_ROWVAR && k->ins[i].ref >= p)
+        return BAD("pass%d uses the result of pass%d", p, k->ins[i].ref);
+      if (k->ins[i].op == KOP_LOAD && ps->kind == KIR_PASS_STORE_ROW)
+        return BAD("pass%d: store_row value loads", p);
+    }
+  }
+  return 0;
+}
+
+/* -- Codegen state -------------------------------------------------------------- */
+
+enum { CL_INV, CL_UNI, CL_VAR };   /* no LOAD/ROWVAR; ROWVAR only; LOAD */
+
+typedef struct {
+  jb j;
+  const kir_kernel *k;
+  bool split;
+  char entry[16];                       /* name of the function being built */
+  /* the iteration space as emitted: nd outer dims (collapsed when static);
+  ** stride index nd of a buffer is its row-axis stride (ROWS) */
+  int nd;
+  int64_t csize[TC_MAX_DIMS], cst[KIR_MAX_BUFS][TC_MAX_DIMS + 1], crow;
+  gcc_jit_rvalue *size[TC_MAX_DIMS], *row_len;
+  gcc_jit_rvalue *st[KIR_MAX_BUFS][TC_MAX_DIMS + 1];
+  /* per function */
+  gcc_jit_rvalue *bufs, *scalars, *dims, *rowvars, *partials, *lo, *hi;
+  gcc_jit_rvalue *base[KIR_MAX_BUFS];   /* T_b * */
+  gcc_jit_lvalue *pos[KIR_MAX_BUFS];    /* element (row/segment start) */
+  gcc_jit_rvalue *at;                   /* position along `axis` */
+  int axis;                             /* stride index of the loop */
+  gcc_jit_lvalue *var[KIR_MAX_INSTRS];
+  int avail[KIR_MAX_INSTRS];            /* scope where var holds the value */
+  bool open[1024];                      /* scopes still open */
+  int nscope, scope;
+  gcc_jit_lvalue *rowvar[KIR_MAX_PASSES];
+  uint8_t cls[KIR_MAX_INSTRS];
+  bool used[KIR_MAX_INSTRS];
+} cg;
+
+static gcc_jit_type *ty(cg *g, int dt)
+{
+  jb_types *t = g->j.t;
+  switch (dt) {
+  case TC_BOOL: return t->u8;
+  case TC_I32: return t->i32;
+  case TC_I64: return t->i64;
+  case TC_F32: return t->f32;
+  default: return t->f64;
+  }
+}
+
+static gcc_jit_rvalue *I64(cg *g, int64_t v)
+{
+  return jb_iconst(&g->j, g->j.t->i64, v);
+}
+
+/* Scope ids are never reused within a function (a stale avail[] entry must
+** not come back to life); a kernel opens a few per loop. */
+static int scope_push(cg *g)
+{
+  TC_ASSERT(g->nscope + 1 < (int)(sizeof g->open / sizeof g->open[0]),
+            "too many scopes");
+  int s = ++g->nscope;
+  g->open[s] = true;
+  int prev = g->scope;
+  g->scope = s;
+  return prev;
+}
+
+static void scope_pop(cg *g, int prev)
+{
+  g->open[g->scope] = false;
+  g->scope = prev;
+}
+
+/* -- Loops ------------------------------------------------------------------------ */
+
+typedef struct {
+  gcc_jit_lvalue *iv;
+  gcc_jit_block *cond, *after;
+  gcc_jit_location *loc;
+  int64_t step;
+} loop;
+
+/* for (iv = from; iv < to; iv += step): leaves the builder in the body.
+** The loop's control statements carry a location "<entry>.<what>:1:1"
+** (what: map, rows, pN.chunks, pN.lanes, pN.tail, pN.store), so
+** GCC's -fopt-info names the loop it reports on (tests assert on it). */
+static gcc_jit_rvalue *loop_begin(cg *g, loop *L, const char *name,
+                                  const char *what, gcc_jit_rvalue *from,
+                                  gcc_jit_rvalue *to, int64_t step)
+{
+  jb *j = &g->j;
+  char where[64];
+  snprintf(where, sizeof where, "%s.%s", g->entry, what);
+  L->loc = gcc_jit_context_new_location(j->ctx, where, 1, 1);
+  L->iv = jb_local(j, j->t->i64, name);
+  L->step = step;
+  gcc_jit_block_add_assignment(j->b, L->loc, L->iv, from);
+  L->cond = jb_block(j, "cond");
+  gcc_jit_block *body = jb_block(j, "body");
+  L->after = jb_block(j, "after");
+  gcc_jit_block_end_with_jump(j->b, L->loc, L->cond);
+  gcc_jit_block_end_with_conditional(
+    L->cond, L->loc,
+    jb_cmp(j, GCC_JIT_COMPARISON_LT, gcc_jit_lvalue_as_rvalue(L->iv), to),
+    body, L->after);
+  j->b = body;
+  return gcc_jit_lvalue_as_rvalue(L->iv);
+}
+
+static void loop_end(cg *g, loop *L)
+{
+  jb *j = &g->j;
+  gcc_jit_block_add_assignment_op(j->b, L->loc, L->iv, GCC_JIT_BINARY_OP_PLUS,
+                                  I64(g, L->step));
+  gcc_jit_block_end_with_jump(j->b, L->loc, L->cond);
+  j->b = L->after;
+}
+
+/* if (c) { ... }: returns the join block; the builder is left in `then`. */
+static gcc_jit_block *if_begin(cg *g, gcc_jit_rvalue *c)
+{
+  jb *j = &g->j;
+  gcc_jit_block *then = jb_block(j, "then"), *join = jb_block(j, "join");
+  gcc_jit_block_end_with_conditional(j->b, NULL, c, then, join);
+  j->b = then;
+  return join;
+}
+
+static void if_end(cg *g, gcc_jit_block *join)
+{
+  gcc_jit_block_end_with_jump(g->j.b, NULL, join);
+  g->j.b = join;
+}
+
+/* -- Primitives ------------------------------------------------------------------ */
+
+static gcc_jit_rvalue *zero_of(cg *g, int dt)
+{
+  return is_float(dt) ? jb_fconst(&g->j, ty(g, dt), 0.0)
+                      : jb_iconst(&g->j, ty(g, dt), 0);
+}
+
+/* (T)(bool) for any T (libgccjit has no bool -> float cast). */
+static gcc_jit_rvalue *from_bool(cg *g, gcc_jit_rvalue *c, int dt)
+{
+  jb *j = &g->j;
+  if (is_float(dt))
+    return jb_cast(j, jb_cast(j, c, j->t->i), ty(g, dt));
+  return jb_cast(j, c, ty(g, dt));
+}
+
+/* Integer add/sub/mul wrap: computed on the unsigned type (expr.h TC_WRAP). */
+static gcc_jit_rvalue *wrap_op(cg *g, enum gcc_jit_binary_op op, int dt,
+                               gcc_jit_rvalue *a, gcc_jit_rvalue *b)
+{
+  jb *j = &g->j;
+  if (dt == TC_I32 || dt == TC_I64) {
+    gcc_jit_type *u = dt == TC_I32 ? j->t->u32 : j->t->u64;
+    return jb_cast(j, jb_bin(j, op, jb_cast(j, a, u), jb_cast(j, b, u)),
+                   ty(g, dt));
+  }
+  return jb_bin(j, op, a, b);   /* floats; bool (uint8_t) wraps anyway */
+}
+
+static gcc_jit_rvalue *neg_of(cg *g, int dt, gcc_jit_rvalue *a)
+{
+  jb *j = &g->j;
+  if (is_float(dt))
+    return gcc_jit_context_new_unary_op(j->ctx, NULL, GCC_JIT_UNARY_OP_MINUS,
+                                        ty(g, dt), a);
+  return wrap_op(g, GCC_JIT_BINARY_OP_MINUS, dt, zero_of(g, dt), a);
+}
+
+/* (x > y || x != x) ? x : y and its mirror, for any dtype. */
+static gcc_jit_rvalue *maxmin(cg *g, bool max, int dt, gcc_jit_rvalue *x,
+                              gcc_jit_rvalue *y)
+{
+  jb *j = &g->j;
+  gcc_jit_rvalue *c = jb_cmp(j, max ? GCC_JIT_COMPARISON_GT
+                                    : GCC_JIT_COMPARISON_LT, x, y);
+  if (is_float(dt))
+    c = gcc_jit_context_new_binary_op(
+      j->ctx, NULL, GCC_JIT_BINARY_OP_LOGICAL_OR, j->t->b, c,
+      jb_cmp(j, GCC_JIT_COMPARISON_NE, x, x));
+  return jb_sel(j, ty(g, dt), c, x, y);
+}
+
+/* eager_convert's rules: float -> int saturates with NaN -> 0; anything ->
+** bool is x != 0; int narrowing truncates; the rest are C conversions. */
+static gcc_jit_rvalue *convert(cg *g, gcc_jit_rvalue *x, int from, int to)
+{
+  jb *j = &g->j;
+  if (from == to)
+    return x;
+  if (to == TC_BOOL)
+    return jb_cast(j, jb_cmp(j, GCC_JIT_COMPARISON_NE, x, zero_of(g, from)),
+                   j->t->u8);
+  if (is_float(to))
+    return jb_cast(j, x, ty(g, to));
+  if (from == TC_I64 && to == TC_I32)
+    return jb_cast(j, jb_cast(j, x, j->t->u32), j->t->i32);
+  if (!is_float(from))
+    return jb_cast(j, x, ty(g, to));   /* bool/i32 widen */
+  /* float -> int: keep the C conversion in range (it is undefined
+  ** outside), then select the saturated values as SAT does. */
+  gcc_jit_type *ft = ty(g, from), *it = ty(g, to);
+  double lo = to == TC_I32 ? (double)INT32_MIN : (double)INT64_MIN;
+  double hi = to == TC_I32 ? (double)INT32_MAX : (double)INT64_MAX;
+  if (from == TC_F32) {   /* (float)INT_MAX rounds up to 2^31 / 2^63 */
+    lo = (double)(float)lo;
+    hi = (double)(float)hi;
+  }
+  gcc_jit_rvalue *flo = jb_fconst(j, ft, lo), *fhi = jb_fconst(j, ft, hi);
+  gcc_jit_rvalue *z = zero_of(g, from);
+  gcc_jit_rvalue *y = jb_sel(j, ft, jb_cmp(j, GCC_JIT_COMPARISON_NE, x, x),
+                             z, x);
+  y = jb_sel(j, ft, jb_cmp(j, GCC_JIT_COMPARISON_LE, y, flo), z, y);
+  y = jb_sel(j, ft, jb_cmp(j, GCC_JIT_COMPARISON_GE, y, fhi), z, y);
+  gcc_jit_rvalue *r = jb_let(j, "cv", it, jb_cast(j, y, it));
+  int64_t imin = to == TC_I32 ? INT32_MIN : INT64_MIN;
+  int64_t imax = to == TC_I32 ? INT32_MAX : INT64_MAX;
+  r = jb_sel(j, it, jb_cmp(j, GCC_JIT_COMPARISON_GE, x, fhi),
+             jb_iconst(j, it, imax), r);
+  r = jb_sel(j, it, jb_cmp(j, GCC_JIT_COMPARISON_LE, x, flo),
+             jb_iconst(j, it, imin), r);
+  return jb_sel(j, it, jb_cmp(j, GCC_JIT_COMPARISON_NE, x, x),
+                jb_iconst(j, it, 0), r);
+}
+
+/* CONST: (T)(v), folded here. Out-of-range integer constants (undefined in
+** C) saturate as eager_convert would. */
+static gcc_jit_rvalue *konst(cg *g, int dt, double v)
+{
+  jb *j = &g->j;
+  switch (dt) {
+  case TC_F32: case TC_F64:
+    return jb_fconst(j, ty(g, dt), v);
+  case TC_BOOL:
+    return jb_iconst(j, j->t->u8, v != v ? 0 : v >= 0 && v < 256.0
+                                   ? (int64_t)(uint8_t)v : v != 0);
+  case TC_I32:
+    return jb_iconst(j, j->t->i32, v != v ? 0 : v <= INT32_MIN ? INT32_MIN
+                                   : v >= INT32_MAX ? INT32_MAX
+                                   : (int64_t)(int32_t)v);
+  default:
+    return jb_iconst(j, j->t->i64, v != v ? 0
+                                   : v <= (double)INT64_MIN ? INT64_MIN
+                                   : v >= (double)INT64_MAX ? INT64_MAX
+                                   : (int64_t)v);
+  }
+}
+
+static gcc_jit_rvalue *value(cg *g, int i);
+
+/* Element of buffer b at the current position (pos[b] + at * stride). */
+static gcc_jit_lvalue *elem(cg *g, int b)
+{
+  jb *j = &g->j;
+  gcc_jit_rvalue *p = gcc_jit_lvalue_as_rvalue(g->pos[b]);
+  gcc_jit_rvalue *idx;
+  if (!g->at)
+    idx = I64(g, 0);
+  else if (g->st[b][g->axis] == NULL)
+    idx = I64(g, 0);
+  else
+    idx = jb_bin(j, GCC_JIT_BINARY_OP_MULT, g->at, g->st[b][g->axis]);
+  return gcc_jit_context_new_array_access(j->ctx, NULL, p, idx);
+}
+
+/* ROWVAR p: a local in row mode; slot p of `rowvars` in split mode. */
+static gcc_jit_rvalue *rowvar_of(cg *g, int p, int dt)
+{
+  jb *j = &g->j;
+  if (!g->split)
+    return gcc_jit_lvalue_as_rvalue(g->rowvar[p]);
+  gcc_jit_rvalue *cp = jb_cast(j, g->rowvars, j->t->cp);
+  gcc_jit_lvalue *slot = gcc_jit_context_new_array_access(j->ctx, NULL, cp,
+                                                          I64(g, 8 * p));
+  gcc_jit_rvalue *tp = jb_cast(j, gcc_jit_lvalue_get_address(slot, NULL),
+                               gcc_jit_type_get_pointer(ty(g, dt)));
+  return gcc_jit_lvalue_as_rvalue(
+    gcc_jit_context_new_array_access(j->ctx, NULL, tp, I64(g, 0)));
+}
+
+/* The expression for instruction i from its operands' values. */
+static gcc_jit_rvalue *instr_expr(cg *g, int i)
+{
+  jb *j = &g->j;
+  const kir_instr *in = &g->k->ins[i];
+  int dt = in->dtype;
+  gcc_jit_type *t = ty(g, dt);
+  gcc_jit_rvalue *a = NULL, *b = NULL, *c = NULL;
+  int n = kir_arity[in->op];
+  if (n > 0) a = value(g, in->arg[0]);
+  if (n > 1) b = value(g, in->arg[1]);
+  if (n > 2) c = value(g, in->arg[2]);
+  int da = n > 0 ? g->k->ins[in->arg[0]].dtype : dt;
+  switch (in->op) {
+  case KOP_ADD: return wrap_op(g, GCC_JIT_BINARY_OP_PLUS, dt, a, b);
+  case KOP_SUB: return wrap_op(g, GCC_JIT_BINARY_OP_MINUS, dt, a, b);
+  case KOP_MUL: return wrap_op(g, GCC_JIT_BINARY_OP_MULT, dt, a, b);
+  case KOP_DIV: return jb_bin(j, GCC_JIT_BINARY_OP_DIVIDE, a, b);
+  case KOP_NEG: return neg_of(g, dt, a);
+  case KOP_ABS:
+    if (is_float(dt))
+      return gcc_jit_context_new_unary_op(j->ctx, NULL, GCC_JIT_UNARY_OP_ABS,
+                                          t, a);
+    if (dt == TC_BOOL)
+      return a;
+    return jb_sel(j, t, jb_cmp(j, GCC_JIT_COMPARISON_LT, a, zero_of(g, dt)),
+                  jb_let(j, "ng", t, neg_of(g, dt, a)), a);
+  case KOP_EQ: case KOP_NE: case KOP_LT: case KOP_LE: case KOP_GT:
+  case KOP_GE: {
+    static const enum gcc_jit_comparison cmp[] = {
+      GCC_JIT_COMPARISON_EQ, GCC_JIT_COMPARISON_NE, GCC_JIT_COMPARISON_LT,
+      GCC_JIT_COMPARISON_LE, GCC_JIT_COMPARISON_GT, GCC_JIT_COMPARISON_GE,
+    };
+    return from_bool(g, jb_cmp(j, cmp[in->op - KOP_EQ], a, b), dt);
+  }
+  case KOP_MAXIMUM: return maxmin(g, true, dt, a, b);
+  case KOP_MINIMUM: return maxmin(g, false, dt, a, b);
+  case KOP_SEL:
+    return jb_sel(j, t, jb_cmp(j, GCC_JIT_COMPARISON_NE, a, zero_of(g, da)),
+                  b, c);
+  case KOP_SQRT: {
+    gcc_jit_function *fn = gcc_jit_context_get_builtin_function(
+      j->ctx, dt == TC_F32 ? "__builtin_sqrtf" : "__builtin_sqrt");
+    return gcc_jit_context_new_call(j->ctx, NULL, fn, 1, &a);
+  }
+  case KOP_EXP: case KOP_LOG: case KOP_TANH: case KOP_SIGMOID:
+  case KOP_SIN: case KOP_COS: case KOP_POW:
+    return jcpu_approx_call(j, in->op, t, a, b);
+  case KOP_CONST: return konst(g, dt, in->cval);
+  case KOP_SCALAR:
+    return jb_cast(j, gcc_jit_lvalue_as_rvalue(gcc_jit_context_new_array_access(
+                        j->ctx, NULL, g->scalars, I64(g, in->ref))), t);
+  case KOP_LOAD: return gcc_jit_lvalue_as_rvalue(elem(g, in->ref));
+  case KOP_ROWVAR: return rowvar_of(g, in->ref, dt);
+  case KOP_CAST: return convert(g, a, da, dt);
+  }
+  return NULL;
+}
+
+/* The value of instruction i here: reuse it where its scope is still open,
+** else compute it (operands first) into its local. */
+static gcc_jit_rvalue *value(cg *g, int i)
+{
+  if (g->avail[i] && g->open[g->avail[i]])
+    return gcc_jit_lvalue_as_rvalue(g->var[i]);
+  gcc_jit_rvalue *e = instr_expr(g, i);
+  if (!g->var[i]) {
+    char name[16];
+    snprintf(name, sizeof name, "v%d", i);
+    g->var[i] = gcc_jit_function_new_local(g->j.fn, NULL,
+                                           ty(g, g->k->ins[i].dtype), name);
+  }
+  jb_assign(&g->j, g->var[i], e);
+  g->avail[i] = g->scope;
+  return gcc_jit_lvalue_as_rvalue(g->var[i]);
+}
+
+/* Compute, in the current scope, every non-LOAD instruction that value v
+** needs (so loops that follow find them hoisted). */
+static void hoist(cg *g, int v)
+{
+  uint8_t mark[KIR_MAX_INSTRS] = { 0 };
+  closure(g->k, v, mark);
+  for (int i = 0; i < g->k->ninstrs; i++)
+    if (mark[i] && g->cls[i] != CL_VAR)
+      value(g, i);
+}
+
+/* buf[out] at the current position = value v, converted to the buffer's
+** dtype by eager_convert's rules. */
+static void store(cg *g, int out, int v)
+{
+  gcc_jit_rvalue *x = value(g, v);
+  x = convert(g, x, g->k->ins[v].dtype, g->k->buf[out].dtype);
+  jb_assign(&g->j, elem(g, out), x);
+}
+
+/* -- Reductions ------------------------------------------------------------------ */
+
+/* The combine step of reduction red in dtype dt (C_ADD / C_ADDW / C_MAX /
+** C_MIN of reduce.c). */
+static gcc_jit_rvalue *comb(cg *g, int red, int dt, gcc_jit_rvalue *x,
+                            gcc_jit_rvalue *y)
+{
+  if (red == KIR_RED_SUM)
+    return wrap_op(g, GCC_JIT_BINARY_OP_PLUS, dt, x, y);
+  return maxmin(g, red == KIR_RED_MAX, dt, x, y);
+}
+
+static gcc_jit_rvalue *identity(cg *g, int red, int dt)
+{
+  jb *j = &g->j;
+  gcc_jit_type *t = ty(g, dt);
+  bool max = red == KIR_RED_MAX;
+  if (red == KIR_RED_SUM)
+    return zero_of(g, dt);
+  switch (dt) {
+  case TC_F32: case TC_F64:
+    return jb_fconst(j, t, max ? -(double)INFINITY : (double)INFINITY);
+  case TC_BOOL: return jb_iconst(j, t, max ? 0 : 1);
+  case TC_I32: return jb_iconst(j, t, max ? INT32_MIN : INT32_MAX);
+  default: return jb_iconst(j, t, max ? INT64_MIN : INT64_MAX);
+  }
+}
+
+/* acc[l] = comb(acc[l], value at position `pos`) */
+static void lane_step(cg *g, const kir_pass *ps, gcc_jit_lvalue *acc,
+                      gcc_jit_rvalue *l, gcc_jit_rvalue *pos)
+{
+  jb *j = &g->j;
+  int dt = g->k->ins[ps->value].dtype;
+  g->at = pos;
+  int prev = scope_push(g);
+  gcc_jit_rvalue *v = value(g, ps->value);
+  gcc_jit_lvalue *al = gcc_jit_context_new_array_access(
+    j->ctx, NULL, gcc_jit_lvalue_as_rvalue(acc), l);
+  gcc_jit_rvalue *r = comb(g, ps->red, dt, gcc_jit_lvalue_as_rvalue(al), v);
+  jb_assign(j, gcc_jit_context_new_array_access(
+                 j->ctx, NULL, gcc_jit_lvalue_as_rvalue(acc), l), r);
+  scope_pop(g, prev);
+  g->at = NULL;
+}
+
+/* One chunk of positions [cs, cs + len) reduced as CHUNK_FN does; returns
+** its partial (lanes combined by halving). */
+static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
+                             gcc_jit_rvalue *len)
+{
+  jb *j = &g->j;
+  int dt = g->k->ins[ps->value].dtype;
+  gcc_jit_type *t = ty(g, dt);
+  gcc_jit_lvalue *acc = jb_local(
+    j, gcc_jit_context_new_array_type(j->ctx, NULL, t, EAGER_LANES), "acc");
+  gcc_jit_rvalue *accr = gcc_jit_lvalue_as_rvalue(acc);
+  for (int l = 0; l < EAGER_LANES; l++)
+    jb_assign(j, gcc_jit_context_new_array_access(j->ctx, NULL, accr,
+                                                  I64(g, l)),
+              identity(g, ps->red, dt));
+  /* full groups of 16: lane l takes position cs + i + l */
+  gcc_jit_rvalue *nfull = jb_let(j, "nfull", j->t->i64,
+                                 jb_bin(j, GCC_JIT_BINARY_OP_BITWISE_AND, len,
+                                        I64(g, ~(int64_t)(EAGER_LANES - 1))));
+  int pn = (int)(ps - g->k->pass);
+  char w1[32], w2[32];
+  snprintf(w1, sizeof w1, "p%d.lanes", pn);
+  snprintf(w2, sizeof w2, "p%d.tail", pn);
+  loop li, ll;
+  gcc_jit_rvalue *i = loop_begin(g, &li, "i", w1, I64(g, 0), nfull,
+                                 EAGER_LANES);
+  gcc_jit_rvalue *gb = jb_let(j, "gb", j->t->i64,
+                              jb_bin(j, GCC_JIT_BINARY_OP_PLUS, cs, i));
+  gcc_jit_rvalue *l = loop_begin(g, &ll, "l", w1, I64(g, 0),
+                                 I64(g, EAGER_LANES), 1);
+  lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, gb, l));
+  loop_end(g, &ll);
+  loop_end(g, &li);
+  /* the tail: lane l takes position cs + nfull + l */
+  gcc_jit_rvalue *tb = jb_let(j, "tb", j->t->i64,
+                              jb_bin(j, GCC_JIT_BINARY_OP_PLUS, cs, nfull));
+  gcc_jit_rvalue *rest = jb_let(j, "rest", j->t->i64,
+                                jb_bin(j, GCC_JIT_BINARY_OP_MINUS, len, nfull));
+  l = loop_begin(g, &ll, "l", w2, I64(g, 0), rest, 1);
+  lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, tb, l));
+  loop_end(g, &ll);
+  /* halving: lane l = comb(lane l, lane l + w) */
+  for (int w = EAGER_LANES / 2; w >= 1; w /= 2)
+    for (int q = 0; q < w; q++) {
+      gcc_jit_lvalue *a = gcc_jit_context_new_array_access(j->ctx, NULL, accr,
+                                                           I64(g, q));
+      gcc_jit_rvalue *b = gcc_jit_lvalue_as_rvalue(
+        gcc_jit_context_new_array_access(j->ctx, NULL, accr, I64(g, q + w)));
+      jb_assign(j, a, comb(g, ps->red, dt, gcc_jit_lvalue_as_rvalue(a), b));
+    }
+  return jb_let(j, "part", t, gcc_jit_lvalue_as_rvalue(
+                  gcc_jit_context_new_array_access(j->ctx, NULL, accr,
+                                                   I64(g, 0))));
+}
+
+/* len of chunk c: min(EAGER_CHUNK, n - c * EAGER_CHUNK), into a local. */
+static gcc_jit_rvalue *chunk_len(cg *g, gcc_jit_rvalue *cs)
+{
+  jb *j = &g->j;
+  gcc_jit_rvalue *left = jb_let(j, "left", j->t->i64,
+                                jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->row_len,
+                                       cs));
+  return jb_sel(j, j->t->i64,
+                jb_cmp(j, GCC_JIT_COMPARISON_LT, left, I64(g, EAGER_CHUNK)),
+                left, I64(g, EAGER_CHUNK));
+}
+
+/* Number of chunks of a row: at least 1 (an empty row has one empty chunk
+** that yields the identity, as reduce_row does). */
+static gcc_jit_rvalue *nchunks(cg *g)
+{
+  jb *j = &g->j;
+  if (!g->k->dynamic) {
+    int64_t n = g->crow;
+    return I64(g, n ? (n + EAGER_CHUNK - 1) / EAGER_CHUNK : 1);
+  }
+  gcc_jit_rvalue *m = jb_let(
+    j, "nch", j->t->i64,
+    jb_bin(j, GCC_JIT_BINARY_OP_DIVIDE,
+           jb_bin(j, GCC_JIT_BINARY_OP_PLUS, g->row_len,
+                  I64(g, EAGER_CHUNK - 1)), I64(g, EAGER_CHUNK)));
+  return jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_LT, m, I64(g, 1)),
+                I64(g, 1), m);
+}
+
+/* Row mode REDUCE: all chunks of the row, partials combined on a stack in
+** binary-counter order, which is exactly COMBINE_FN's pairwise-by-levels
+** tree (level-L node i covers the aligned block [i 2^L, (i+1) 2^L)); the
+** final fold runs from the smallest block up. */
+static void reduce_row(cg *g, int p)
+{
+  jb *j = &g->j;
+  const kir_pass *ps = &g->k->pass[p];
+  int dt = g->k->ins[ps->value].dtype;
+  gcc_jit_type *t = ty(g, dt);
+  gcc_jit_lvalue *rv = g->rowvar[p];
+  if (!g->k->dynamic && g->crow <= EAGER_CHUNK) {   /* one chunk */
+    jb_assign(j, rv, chunk(g, ps, I64(g, 0), I64(g, g->crow)));
+    return;
+  }
+  gcc_jit_lvalue *stk = jb_local(
+    j, gcc_jit_context_new_array_type(j->ctx, NULL, t, 64), "stk");
+  gcc_jit_rvalue *stkr = gcc_jit_lvalue_as_rvalue(stk);
+  gcc_jit_lvalue *sp = jb_local(j, j->t->i64, "sp");
+  jb_assign(j, sp, I64(g, 0));
+  gcc_jit_rvalue *spr = gcc_jit_lvalue_as_rvalue(sp);
+  loop lc;
+  gcc_jit_rvalue *m = nchunks(g);
+  char w[32];
+  snprintf(w, sizeof w, "p%d.chunks", p);
+  gcc_jit_rvalue *c = loop_begin(g, &lc, "c", w, I64(g, 0), m, 1);
+  gcc_jit_rvalue *cs = jb_let(j, "cs", j->t->i64,
+                              jb_bin(j, GCC_JIT_BINARY_OP_MULT, c,
+                                     I64(g, EAGER_CHUNK)));
+  gcc_jit_rvalue *part = chunk(g, ps, cs, chunk_len(g, cs));
+  /* x = part; t = c; while (t & 1) { x = comb(stk[--sp], x); t >>= 1; } */
+  gcc_jit_lvalue *x = jb_local(j, t, "x"), *tc = jb_local(j, j->t->i64, "tc");
+  jb_assign(j, x, part);
+  jb_assign(j, tc, c);
+  gcc_jit_block *wc = jb_block(j, "wcond"), *wb = jb_block(j, "wbody"),
+                *wa = jb_block(j, "wafter");
+  gcc_jit_block_end_with_jump(j->b, NULL, wc);
+  gcc_jit_block_end_with_conditional(
+    wc, NULL,
+    jb_cmp(j, GCC_JIT_COMPARISON_NE,
+           jb_bin(j, GCC_JIT_BINARY_OP_BITWISE_AND,
+                  gcc_jit_lvalue_as_rvalue(tc), I64(g, 1)), I64(g, 0)),
+    wb, wa);
+  j->b = wb;
+  gcc_jit_block_add_assignment_op(wb, NULL, sp, GCC_JIT_BINARY_OP_MINUS,
+                                  I64(g, 1));
+  gcc_jit_rvalue *top = gcc_jit_lvalue_as_rvalue(
+    gcc_jit_context_new_array_access(j->ctx, NULL, stkr, spr));
+  jb_assign(j, x, comb(g, ps->red, dt, jb_let(j, "top", t, top),
+                       gcc_jit_lvalue_as_rvalue(x)));
+  gcc_jit_block_add_assignment_op(j->b, NULL, tc, GCC_JIT_BINARY_OP_RSHIFT,
+                                  I64(g, 1));
+  gcc_jit_block_end_with_jump(j->b, NULL, wc);
+  j->b = wa;
+  jb_assign(j, gcc_jit_context_new_array_access(j->ctx, NULL, stkr, spr),
+            gcc_jit_lvalue_as_rvalue(x));
+  gcc_jit_block_add_assignment_op(j->b, NULL, sp, GCC_JIT_BINARY_OP_PLUS,
+                                  I64(g, 1));
+  loop_end(g, &lc);
+  /* fold: x = stk[sp-1]; for q = sp-2 .. 0: x = comb(stk[q], x) */
+  jb_assign(j, rv, gcc_jit_lvalue_as_rvalue(gcc_jit_context_new_array_access(
+                     j->ctx, NULL, stkr,
+                     jb_bin(j, GCC_JIT_BINARY_OP_MINUS, spr, I64(g, 1)))));
+  gcc_jit_lvalue *q = jb_local(j, j->t->i64, "q");
+  jb_assign(j, q, jb_bin(j, GCC_JIT_BINARY_OP_MINUS, spr, I64(g, 2)));
+  gcc_jit_block *fc = jb_block(j, "fcond"), *fb = jb_block(j, "fbody"),
+                *fa = jb_block(j, "fafter");
+  gcc_jit_block_end_with_jump(j->b, NULL, fc);
+  gcc_jit_block_end_with_conditional(
+    fc, NULL, jb_cmp(j, GCC_JIT_COMPARISON_GE, gcc_jit_lvalue_as_rvalue(q),
+                     I64(g, 0)), fb, fa);
+  j->b = fb;
+  gcc_jit_rvalue *sq = jb_let(j, "sq", t, gcc_jit_lvalue_as_rvalue(
+    gcc_jit_context_new_array_access(j->ctx, NULL, stkr,
+                                     gcc_jit_lvalue_as_rvalue(q))));
+  jb_assign(j, rv, comb(g, ps->red, dt, sq, gcc_jit_lvalue_as_rvalue(rv)));
+  gcc_jit_block_add_assignment_op(j->b, NULL, q, GCC_JIT_BINARY_OP_MINUS,
+                                  I64(g, 1));
+  gcc_jit_block_end_with_jump(j->b, NULL, fc);
+  j->b = fa;
+}
+
+/* -- Functions --------------------------------------------------------------------- */
+
+/* The iteration space: static kernels drop size-1 dims and merge an outer
+** dim into its inner neighbour when every buffer steps through both as one
+** (as eager's plan_build does), so the innermost loop is as long as
+** possible; dynamic ones keep the dims as given. */
+static void space_init(cg *g)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  int nb = k->nbufs, rowax = k->ndim;
+  if (!k->dynamic) {
+    int n = 0;
+    for (int d = 0; d < k->ndim; d++) {
+      if (k->size[d] == 1)
+        continue;
+      bool merge = n > 0;
+      for (int b = 0; b < nb && merge; b++)
+        merge = g->cst[b][n - 1] == k->buf[b].stride[d] * k->size[d];
+      if (merge) {
+        g->csize[n - 1] *= k->size[d];
+        for (int b = 0; b < nb; b++)
+          g->cst[b][n - 1] = k->buf[b].stride[d];
+      } else {
+        g->csize[n] = k->size[d];
+        for (int b = 0; b < nb; b++)
+          g->cst[b][n] = k->buf[b].stride[d];
+        n++;
+      }
+    }
+    g->nd = n;
+    g->crow = k->row_len;
+    for (int b = 0; b < nb; b++)
+      g->cst[b][TC_MAX_DIMS] = k->kind == KIR_ROWS ? k->buf[b].stride[rowax]
+                                                   : 0;
+  } else {
+    g->nd = k->ndim;
+  }
+  (void)j;
+}
+
+/* Per function: bases, and (dynamic) sizes and strides read from dims. */
+static void fn_setup(cg *g)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  memset(g->var, 0, sizeof g->var);
+  memset(g->avail, 0, sizeof g->avail);
+  memset(g->open, 0, sizeof g->open);
+  memset(g->pos, 0, sizeof g->pos);
+  g->nscope = 0;
+  g->scope = 0;
+  g->open[0] = false;
+  g->at = NULL;
+  scope_push(g);   /* the function's scope */
+  for (int b = 0; b < k->nbufs; b++) {
+    gcc_jit_rvalue *raw = gcc_jit_lvalue_as_rvalue(
+      gcc_jit_context_new_array_access(j->ctx, NULL, g->bufs, I64(g, b)));
+    char name[16];
+    snprintf(name, sizeof name, "buf%d", b);
+    g->base[b] = jb_let(j, name, gcc_jit_type_get_pointer(ty(g, k->buf[b].dtype)),
+                        jb_cast(j, raw, gcc_jit_type_get_pointer(
+                                          ty(g, k->buf[b].dtype))));
+  }
+  int rowax = k->ndim;
+  if (!k->dynamic) {
+    for (int d = 0; d < g->nd; d++)
+      g->size[d] = I64(g, g->csize[d]);
+    g->row_len = I64(g, g->crow);
+    for (int b = 0; b < k->nbufs; b++) {
+      for (int d = 0; d < g->nd; d++)
+        g->st[b][d] = I64(g, g->cst[b][d]);
+      g->st[b][TC_MAX_DIMS] = I64(g, g->cst[b][TC_MAX_DIMS]);
+    }
+    return;
+  }
+  for (int d = 0; d < g->nd; d++)
+    g->size[d] = jb_let(j, "size", j->t->i64, gcc_jit_lvalue_as_rvalue(
+      gcc_jit_context_new_array_access(j->ctx, NULL, g->dims, I64(g, d))));
+  g->row_len = jb_let(j, "rowlen", j->t->i64, gcc_jit_lvalue_as_rvalue(
+    gcc_jit_context_new_array_access(j->ctx, NULL, g->dims,
+                                     I64(g, rowax))));
+  for (int b = 0; b < k->nbufs; b++)
+    for (int d = 0; d <= rowax; d++) {
+      gcc_jit_rvalue *s = jb_let(j, "st", j->t->i64, gcc_jit_lvalue_as_rvalue(
+        gcc_jit_context_new_array_access(
+          j->ctx, NULL, g->dims,
+          I64(g, rowax + 1 + b * (rowax + 1) + d))));
+      g->st[b][d == rowax ? TC_MAX_DIMS : d] = s;
+    }
+}
+
+/* Compute every CONST/SCALAR-only instruction at the function's entry. */
+static void hoist_invariants(cg *g)
+{
+  for (int i = 0; i < g->k->ninstrs; i++)
+    if (g->cls[i] == CL_INV && g->used[i])
+      value(g, i);
+}
+
+/* pos[b] = base[b] + sum over dims < upto of idx[d] * stride[b][d]. */
+static void set_pos(cg *g, gcc_jit_lvalue **idx, int upto)
+{
+  jb *j = &g->j;
+  for (int b = 0; b < g->k->nbufs; b++) {
+    gcc_jit_rvalue *off = I64(g, 0);
+    for (int d = 0; d < upto; d++)
+      off = jb_bin(j, GCC_JIT_BINARY_OP_PLUS, off,
+                   jb_bin(j, GCC_JIT_BINARY_OP_MULT,
+                          gcc_jit_lvalue_as_rvalue(idx[d]), g->st[b][d]));
+    if (!g->pos[b])
+      g->pos[b] = jb_local(j, gcc_jit_rvalue_get_type(g->base[b]), "pos");
+    jb_assign(j, g->pos[b], gcc_jit_lvalue_get_address(
+      gcc_jit_context_new_array_access(j->ctx, NULL, g->base[b], off), NULL));
+  }
+}
+
+/* idx = coordinates of flat index `flat` over dims [0, nd). */
+static void decompose(cg *g, gcc_jit_lvalue **idx, gcc_jit_rvalue *flat)
+{
+  jb *j = &g->j;
+  gcc_jit_lvalue *rem = jb_local(j, j->t->i64, "rem");
+  jb_assign(j, rem, flat);
+  for (int d = g->nd - 1; d >= 0; d--) {
+    idx[d] = jb_local(j, j->t->i64, "idx");
+    if (d == 0) {
+      jb_assign(j, idx[d], gcc_jit_lvalue_as_rvalue(rem));
+      break;
+    }
+    jb_assign(j, idx[d], jb_bin(j, GCC_JIT_BINARY_OP_MODULO,
+                                gcc_jit_lvalue_as_rvalue(rem), g->size[d]));
+    jb_assign(j, rem, jb_bin(j, GCC_JIT_BINARY_OP_DIVIDE,
+                             gcc_jit_lvalue_as_rvalue(rem), g->size[d]));
+  }
+}
+
+/* idx[last] was advanced by a whole segment or one row: carry outward. */
+static void carry(cg *g, gcc_jit_lvalue **idx)
+{
+  jb *j = &g->j;
+  for (int d = g->nd - 1; d > 0; d--) {
+    gcc_jit_block *join = if_begin(
+      g, jb_cmp(j, GCC_JIT_COMPARISON_EQ, gcc_jit_lvalue_as_rvalue(idx[d]),
+                g->size[d]));
+    jb_assign(j, idx[d], I64(g, 0));
+    gcc_jit_block_add_assignment_op(j->b, NULL, idx[d - 1],
+                                    GCC_JIT_BINARY_OP_PLUS, I64(g, 1));
+    if_end(g, join);
+  }
+}
+
+static gcc_jit_function *new_entry(cg *g, int pass)
+{
+  jb *j = &g->j;
+  jb_types *t = j->t;
+  char *name = g->entry;
+  kir_entry_name(pass, name, sizeof g->entry);
+  gcc_jit_param *prm[7];
+  int n = 0;
+  prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->cpp, "bufs");
+  prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->dp, "scalars");
+  prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->i64p, "dims");
+  if (pass >= 0) {
+    prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->vp, "rowvars");
+    prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->vp, "partials");
+  }
+  prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->i64, "lo");
+  prm[n++] = gcc_jit_context_new_param(j->ctx, NULL, t->i64, "hi");
+  gcc_jit_function *fn = gcc_jit_context_new_function(
+    j->ctx, NULL, GCC_JIT_FUNCTION_EXPORTED, t->v, name, n, prm, 0);
+  j->fn = fn;
+  j->b = gcc_jit_function_new_block(fn, "entry");
+  j->nloc = j->nblk = 0;
+  g->bufs = gcc_jit_param_as_rvalue(prm[0]);
+  g->scalars = gcc_jit_param_as_rvalue(prm[1]);
+  g->dims = gcc_jit_param_as_rvalue(prm[2]);
+  g->rowvars = pass >= 0 ? gcc_jit_param_as_rvalue(prm[3]) : NULL;
+  g->partials = pass >= 0 ? gcc_jit_param_as_rvalue(prm[4]) : NULL;
+  g->lo = gcc_jit_param_as_rvalue(prm[n - 2]);
+  g->hi = gcc_jit_param_as_rvalue(prm[n - 1]);
+  fn_setup(g);
+  hoist_invariants(g);
+  return fn;
+}
+
+/* MAP: segments of the innermost dim, every STORE pass in one loop. */
+static void emit_map(cg *g)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  new_entry(g, -1);
+  if (g->nd == 0) {   /* one point: a single dim of size 1, strides 0 */
+    g->nd = 1;
+    g->size[0] = I64(g, 1);
+    for (int b = 0; b < k->nbufs; b++)
+      g->st[b][0] = I64(g, 0);
+  }
+  int last = g->nd - 1;
+  gcc_jit_lvalue *idx[TC_MAX_DIMS];
+  decompose(g, idx, g->lo);
+  gcc_jit_lvalue *cur = jb_local(j, j->t->i64, "cur");
+  jb_assign(j, cur, g->lo);
+  gcc_jit_rvalue *curr = gcc_jit_lvalue_as_rvalue(cur);
+  /* while (cur < hi) */
+  gcc_jit_block *oc = jb_block(j, "seg_cond"), *ob = jb_block(j, "seg"),
+                *done = jb_block(j, "done");
+  gcc_jit_block_end_with_jump(j->b, NULL, oc);
+  gcc_jit_block_end_with_conditional(
+    oc, NULL, jb_cmp(j, GCC_JIT_COMPARISON_LT, curr, g->hi), ob, done);
+  j->b = ob;
+  set_pos(g, idx, g->nd);
+  gcc_jit_rvalue *len = jb_let(
+    j, "len", j->t->i64, jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->size[last],
+                                gcc_jit_lvalue_as_rvalue(idx[last])));
+  gcc_jit_rvalue *left = jb_let(j, "left", j->t->i64,
+                                jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->hi,
+                                       curr));
+  len = jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_GT, len, left),
+               left, len);
+  loop li;
+  g->axis = last;
+  gcc_jit_rvalue *i = loop_begin(g, &li, "i", "map", I64(g, 0), len, 1);
+  g->at = i;
+  int prev = scope_push(g);
+  for (int p = 0; p < k->npasses; p++)
+    store(g, k->pass[p].out, k->pass[p].value);
+  scope_pop(g, prev);
+  g->at = NULL;
+  loop_end(g, &li);
+  gcc_jit_block_add_assignment_op(j->b, NULL, cur, GCC_JIT_BINARY_OP_PLUS,
+                                  len);
+  gcc_jit_block_add_assignment_op(j->b, NULL, idx[last],
+                                  GCC_JIT_BINARY_OP_PLUS, len);
+  carry(g, idx);
+  gcc_jit_block_end_with_jump(j->b, NULL, oc);
+  gcc_jit_block_end_with_void_return(done, NULL);
+}
+
+/* STORE passes [p0, p1) in one loop over row positions [from, to). */
+static void store_loop(cg *g, int p0, int p1, gcc_jit_rvalue *from,
+                       gcc_jit_rvalue *to)
+{
+  const kir_kernel *k = g->k;
+  for (int p = p0; p < p1; p++)
+    hoist(g, k->pass[p].value);
+  loop lj;
+  char w[32];
+  snprintf(w, sizeof w, "p%d.store", p0);
+  g->axis = TC_MAX_DIMS;
+  gcc_jit_rvalue *pos = loop_begin(g, &lj, "j", w, from, to, 1);
+  g->at = pos;
+  int prev = scope_push(g);
+  for (int p = p0; p < p1; p++)
+    store(g, k->pass[p].out, k->pass[p].value);
+  scope_pop(g, prev);
+  g->at = NULL;
+  loop_end(g, &lj);
+}
+
+/* STORE_ROW: the row-level value, stored once at the row's element. */
+static void store_row(cg *g, int p)
+{
+  g->at = NULL;
+  store(g, g->k->pass[p].out, g->k->pass[p].value);
+}
+
+/* ROWS, row mode: rows [lo, hi), every pass per row. */
+static void emit_rows(cg *g)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  new_entry(g, -1);
+  for (int p = 0; p < k->npasses; p++)
+    if (k->pass[p].kind == KIR_PASS_REDUCE)
+      g->rowvar[p] = jb_local(j, ty(g, k->ins[k->pass[p].value].dtype),
+                              "rowvar");
+  gcc_jit_lvalue *idx[TC_MAX_DIMS];
+  if (g->nd > 0)
+    decompose(g, idx, g->lo);
+  loop lr;
+  loop_begin(g, &lr, "r", "rows", g->lo, g->hi, 1);
+  int prev = scope_push(g);   /* the row's scope */
+  set_pos(g, idx, g->nd);
+  for (int p = 0; p < k->npasses;) {
+    const kir_pass *ps = &k->pass[p];
+    if (ps->kind == KIR_PASS_REDUCE) {
+      hoist(g, ps->value);
+      reduce_row(g, p);
+      p++;
+    } else if (ps->kind == KIR_PASS_STORE_ROW) {
+      store_row(g, p);
+      p++;
+    } else {
+      int q = p;
+      while (q < k->npasses && k->pass[q].kind == KIR_PASS_STORE)
+        q++;
+      store_loop(g, p, q, I64(g, 0), g->row_len);
+      p = q;
+    }
+  }
+  scope_pop(g, prev);
+  if (g->nd > 0) {
+    gcc_jit_block_add_assignment_op(j->b, NULL, idx[g->nd - 1],
+                                    GCC_JIT_BINARY_OP_PLUS, I64(g, 1));
+    carry(g, idx);
+  }
+  loop_end(g, &lr);
+  gcc_jit_block_end_with_void_return(j->b, NULL);
+}
+
+/* ROWS, split mode: one function per pass over chunks or positions. */
+static void emit_split_pass(cg *g, int p)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  const kir_pass *ps = &k->pass[p];
+  new_entry(g, p);
+  for (int b = 0; b < k->nbufs; b++) {   /* the one row starts at 0 */
+    g->pos[b] = jb_local(j, gcc_jit_rvalue_get_type(g->base[b]), "pos");
+    jb_assign(j, g->pos[b], g->base[b]);
+  }
+  if (ps->kind == KIR_PASS_REDUCE) {
+    int dt = k->ins[ps->value].dtype;
+    hoist(g, ps->value);
+    gcc_jit_rvalue *parts = jb_cast(j, g->partials,
+                                    gcc_jit_type_get_pointer(ty(g, dt)));
+    loop lc;
+    char w[32];
+    snprintf(w, sizeof w, "p%d.chunks", p);
+    gcc_jit_rvalue *c = loop_begin(g, &lc, "c", w, g->lo, g->hi, 1);
+    gcc_jit_rvalue *cs = jb_let(j, "cs", j->t->i64,
+                                jb_bin(j, GCC_JIT_BINARY_OP_MULT, c,
+                                       I64(g, EAGER_CHUNK)));
+    gcc_jit_rvalue *part = chunk(g, ps, cs, chunk_len(g, cs));
+    jb_assign(j, gcc_jit_context_new_array_access(j->ctx, NULL, parts, c),
+              part);
+    loop_end(g, &lc);
+  } else if (ps->kind == KIR_PASS_STORE) {
+    store_loop(g, p, p + 1, g->lo, g->hi);
+  } else {
+    store_row(g, p);
+  }
+  gcc_jit_block_end_with_void_return(j->b, NULL);
+}
+
+/* -- Entry ------------------------------------------------------------------------ */
+
+void jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k)
+{
+  static _Thread_local cg g;   /* large (locals per instruction): not on
+                                  the stack of a thread the user owns */
+  memset(&g, 0, sizeof g);
+  jb_types types;
+  jcpu_types_init(ctx, &types);
+  gcc_jit_function *approx[KOP__MAX * 2] = { 0 };
+  g.j.ctx = ctx;
+  g.j.t = &types;
+  g.j.approx = approx;
+  g.k = k;
+  /* classify instructions; mark those some pass uses */
+  for (int i = 0; i < k->ninstrs; i++) {
+    const kir_instr *in = &k->ins[i];
+    uint8_t c = in->op == KOP_LOAD ? CL_VAR
+                : in->op == KOP_ROWVAR ? CL_UNI : CL_INV;
+    for (int a = 0; a < kir_arity[in->op]; a++)
+      if (g.cls[in->arg[a]] > c)
+        c = g.cls[in->arg[a]];
+    g.cls[i] = c;
+  }
+  uint8_t mark[KIR_MAX_INSTRS] = { 0 };
+  for (int p = 0; p < k->npasses; p++)
+    closure(k, k->pass[p].value, mark);
+  for (int i = 0; i < k->ninstrs; i++)
+    g.used[i] = mark[i];
+  space_init(&g);
+  bool row, split;
+  jcpu_modes(k, &row, &split);
+  g.split = false;
+  if (k->kind == KIR_MAP)
+    emit_map(&g);
+  else if (row)
+    emit_rows(&g);
+  g.split = true;
+  if (split)
+    for (int p = 0; p < k->npasses; p++)
+      emit_split_pass(&g, p);
+}

@@ -1,0 +1,477 @@
+/*
+** jit.c -- driving libgccjit (contexts, options, ISA detection, the compile
+** lock, in-memory and to-file compiles, dlopen of artifacts) and the CPU
+** launcher that runs a compiled kernel on eager's thread pool.
+*/
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jcpu_impl.h"
+#include "../eager/eager.h"
+
+struct jcpu_kernel {
+  gcc_jit_result *res;        /* owned: in-memory compile; or NULL */
+  void *dl;                   /* owned: dlopen handle; or NULL */
+  kir_fn main;                /* row mode */
+  kir_pass_fn pass[KIR_MAX_PASSES];   /* split mode */
+  int npasses;
+  bool row, split;                    /* which entries exist (jcpu_modes) */
+  char *source;               /* owned: libgccjit's dump; NULL if loaded */
+  double compile_ms;
+};
+
+/* -- Process-wide state --------------------------------------------------------- */
+
+/* libgccjit contexts are independent, but GCC's own state is not: one
+** compile at a time per process (DESIGN.md facts). */
+static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int fail_next;
+static char *vec_report;        /* owned; under compile_lock */
+
+void jcpu_fail_next(int n) { atomic_store(&fail_next, n < 0 ? 0 : n); }
+
+void jcpu_set_vec_report(const char *path)
+{
+  pthread_mutex_lock(&compile_lock);
+  free(vec_report);
+  vec_report = path ? strdup(path) : NULL;
+  pthread_mutex_unlock(&compile_lock);
+}
+
+/* libgccjit rejects -march=native, so name the level the CPU reaches. */
+static const char *detect_target(void)
+{
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+      && __builtin_cpu_supports("avx512bw")
+      && __builtin_cpu_supports("avx512dq"))
+    return "x86-64-v4";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2"))
+    return "x86-64-v3";
+  if (__builtin_cpu_supports("sse4.2"))
+    return "x86-64-v2";
+  return "x86-64";
+}
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const char *target;
+static char version[48];
+
+static void init_once(void)
+{
+  target = detect_target();
+  snprintf(version, sizeof version, "libgccjit %d.%d.%d",
+           gcc_jit_version_major(), gcc_jit_version_minor(),
+           gcc_jit_version_patchlevel());
+}
+
+const char *jcpu_target(void)
+{
+  pthread_once(&once, init_once);
+  return target;
+}
+
+const char *jcpu_compiler_version(void)
+{
+  pthread_once(&once, init_once);
+  return version;
+}
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void set_reason(char *reason, size_t rlen, const char *fmt,
+                       const char *arg)
+{
+  if (!reason || rlen == 0)
+    return;
+  snprintf(reason, rlen, fmt, arg ? arg : "");
+  /* one line */
+  for (char *c = reason; *c; c++)
+    if (*c == '\n')
+      *c = ' ';
+}
+
+/* -- Contexts -------------------------------------------------------------------- */
+
+/* A context with tc's options (principle 2: no contraction, no fast-math;
+** -fno-trapping-math lets GCC if-convert selects inside loops). */
+static gcc_jit_context *new_context(void)
+{
+  gcc_jit_context *ctx = gcc_jit_context_acquire();
+  if (!ctx)
+    return NULL;
+  gcc_jit_context_set_int_option(ctx, GCC_JIT_INT_OPTION_OPTIMIZATION_LEVEL,
+                                 3);
+  gcc_jit_context_set_bool_option(ctx, GCC_JIT_BOOL_OPTION_DEBUGINFO, 0);
+  gcc_jit_context_set_bool_print_errors_to_stderr(ctx, 0);
+  char march[32];
+  snprintf(march, sizeof march, "-march=%s", jcpu_target());
+  gcc_jit_context_add_command_line_option(ctx, march);
+  gcc_jit_context_add_command_line_option(ctx, "-ffp-contract=off");
+  gcc_jit_context_add_command_line_option(ctx, "-fno-trapping-math");
+  gcc_jit_context_add_command_line_option(ctx, "-fno-math-errno");
+  if (getenv("JCPU_PARAM")) gcc_jit_context_add_command_line_option(ctx, getenv("JCPU_PARAM"));
+  if (vec_report) {
+    char opt[4200];
+    snprintf(opt, sizeof opt, getenv("JCPU_VEC_ALL") ? "-fopt-info-vec-all=%s" : "-fopt-info-vec-optimized=%s", vec_report);
+    gcc_jit_context_add_command_line_option(ctx, opt);
+  }
+  return ctx;
+}
+
+/* libgccjit's C-like dump of what ctx holds, as a malloc'd string. The API
+** only writes to a path, so go through a private temporary file. */
+static char *dump_source(gcc_jit_context *ctx)
+{
+  const char *dir = getenv("TMPDIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tc-jcpu-XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0)
+    return NULL;
+  close(fd);
+  gcc_jit_context_dump_to_file(ctx, path, 0);
+  char *text = NULL;
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    if (fseek(f, 0, SEEK_END) == 0) {
+      long n = ftell(f);
+      if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+          (text = malloc((size_t)n + 1)) != NULL) {
+        size_t got = fread(text, 1, (size_t)n, f);
+        text[got] = '\0';
+      }
+    }
+    fclose(f);
+  }
+  unlink(path);
+  return text;
+}
+
+/* Resolve k's entries through `get` (gcc_jit_result_get_code or dlsym). */
+static int resolve(jcpu_kernel *jk, const kir_kernel *k,
+                   void *(*get)(void *, const char *), void *h,
+                   char *missing, size_t mlen)
+{
+  jcpu_modes(k, &jk->row, &jk->split);
+  jk->npasses = k->npasses;
+  char name[16];
+  if (jk->row) {
+    kir_entry_name(-1, name, sizeof name);
+    void *p = get(h, name);
+    if (!p) {
+      snprintf(missing, mlen, "%s", name);
+      return -1;
+    }
+    memcpy(&jk->main, &p, sizeof p);   /* object -> function pointer */
+  }
+  for (int pass = 0; jk->split && pass < k->npasses; pass++) {
+    kir_entry_name(pass, name, sizeof name);
+    void *p = get(h, name);
+    if (!p) {
+      snprintf(missing, mlen, "%s", name);
+      return -1;
+    }
+    memcpy(&jk->pass[pass], &p, sizeof p);
+  }
+  return 0;
+}
+
+static void *get_result(void *h, const char *name)
+{
+  return gcc_jit_result_get_code(h, name);
+}
+
+static void *get_dl(void *h, const char *name) { return dlsym(h, name); }
+
+/* Shared front half of the two compiles: fault injection, checks, a
+** context with k emitted into it. Called under compile_lock. */
+static jcpu_status prepare(const kir_kernel *k, gcc_jit_context **out,
+                           char *reason, size_t rlen)
+{
+  *out = NULL;
+  int n = atomic_load(&fail_next);
+  while (n > 0 && !atomic_compare_exchange_weak(&fail_next, &n, n - 1))
+    ;
+  if (n > 0) {
+    set_reason(reason, rlen, "injected compile failure%s", NULL);
+    return JCPU_E_COMPILE;
+  }
+  char why[160];
+  if (jcpu_check(k, why, sizeof why) < 0) {
+    set_reason(reason, rlen, "unsupported kernel: %s", why);
+    return JCPU_E_UNSUPPORTED;
+  }
+  gcc_jit_context *ctx = new_context();
+  if (!ctx) {
+    set_reason(reason, rlen, "gcc_jit_context_acquire failed%s", NULL);
+    return JCPU_E_COMPILE;
+  }
+  jcpu_emit(ctx, k);
+  const char *err = gcc_jit_context_get_first_error(ctx);
+  if (err) {
+    set_reason(reason, rlen, "libgccjit: %s", err);
+    gcc_jit_context_release(ctx);
+    return JCPU_E_COMPILE;
+  }
+  *out = ctx;
+  return JCPU_OK;
+}
+
+jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
+                         size_t rlen)
+{
+  *out = NULL;
+  double t0 = now_ms();
+  jcpu_kernel *jk = calloc(1, sizeof *jk);
+  if (!jk) {
+    set_reason(reason, rlen, "out of memory%s", NULL);
+    return JCPU_E_COMPILE;
+  }
+  pthread_mutex_lock(&compile_lock);
+  gcc_jit_context *ctx;
+  jcpu_status st = prepare(k, &ctx, reason, rlen);
+  if (st == JCPU_OK) {
+    jk->source = dump_source(ctx);
+    jk->res = gcc_jit_context_compile(ctx);
+    if (!jk->res) {
+      const char *err = gcc_jit_context_get_first_error(ctx);
+      set_reason(reason, rlen, "libgccjit: %s",
+                 err ? err : "compile failed");
+      st = JCPU_E_COMPILE;
+    }
+    gcc_jit_context_release(ctx);
+  }
+  pthread_mutex_unlock(&compile_lock);
+  char missing[16];
+  if (st == JCPU_OK &&
+      resolve(jk, k, get_result, jk->res, missing, sizeof missing) < 0) {
+    set_reason(reason, rlen, "entry %s missing from the result", missing);
+    st = JCPU_E_COMPILE;
+  }
+  if (st != JCPU_OK) {
+    jcpu_free(jk);
+    return st;
+  }
+  jk->compile_ms = now_ms() - t0;
+  *out = jk;
+  return JCPU_OK;
+}
+
+jcpu_status jcpu_load(const kir_kernel *k, const char *so_path,
+                      jcpu_kernel **out, char *reason, size_t rlen)
+{
+  *out = NULL;
+  jcpu_kernel *jk = calloc(1, sizeof *jk);
+  if (!jk) {
+    set_reason(reason, rlen, "out of memory%s", NULL);
+    return JCPU_E_LOAD;
+  }
+  jk->dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+  if (!jk->dl) {
+    const char *e = dlerror();
+    set_reason(reason, rlen, "dlopen: %s", e ? e : so_path);
+    free(jk);
+    return JCPU_E_LOAD;
+  }
+  char missing[16];
+  if (resolve(jk, k, get_dl, jk->dl, missing, sizeof missing) < 0) {
+    set_reason(reason, rlen, "dlsym: no entry %s", missing);
+    jcpu_free(jk);
+    return JCPU_E_LOAD;
+  }
+  *out = jk;
+  return JCPU_OK;
+}
+
+jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *so_path,
+                                 jcpu_kernel **out, char *reason, size_t rlen)
+{
+  *out = NULL;
+  double t0 = now_ms();
+  pthread_mutex_lock(&compile_lock);
+  gcc_jit_context *ctx;
+  char *source = NULL;
+  jcpu_status st = prepare(k, &ctx, reason, rlen);
+  if (st == JCPU_OK) {
+    source = dump_source(ctx);
+    gcc_jit_context_compile_to_file(ctx, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY,
+                                    so_path);
+    const char *err = gcc_jit_context_get_first_error(ctx);
+    if (err) {
+      set_reason(reason, rlen, "libgccjit: %s", err);
+      st = JCPU_E_COMPILE;
+    }
+    gcc_jit_context_release(ctx);
+  }
+  pthread_mutex_unlock(&compile_lock);
+  if (st == JCPU_OK)
+    st = jcpu_load(k, so_path, out, reason, rlen);
+  if (st != JCPU_OK) {
+    free(source);
+    return st;
+  }
+  (*out)->source = source;
+  (*out)->compile_ms = now_ms() - t0;
+  return JCPU_OK;
+}
+
+void jcpu_free(jcpu_kernel *jk)
+{
+  if (!jk)
+    return;
+  if (jk->res)
+    gcc_jit_result_release(jk->res);
+  if (jk->dl)
+    dlclose(jk->dl);
+  free(jk->source);
+  free(jk);
+}
+
+const char *jcpu_source(const jcpu_kernel *jk) { return jk->source; }
+
+void jcpu_dump_source(const jcpu_kernel *jk, FILE *out)
+{
+  fputs(jk->source ? jk->source : "/* no source: loaded from disk */\n", out);
+}
+
+double jcpu_last_compile_ms(const jcpu_kernel *jk) { return jk->compile_ms; }
+
+/* -- Launcher -------------------------------------------------------------------- */
+
+/* Units per thread range below which a launch stays on one thread. */
+#define MAP_GRAIN 32768
+#define ROW_GRAIN_ELEMS 16384
+
+typedef struct {
+  const jcpu_kernel *jk;
+  char *const *bufs;
+  const double *scalars;
+  const int64_t *dims;
+  kir_pass_fn fn;
+  void *rowvars, *partials;
+} launch_job;
+
+static void run_main(void *ctx, int64_t lo, int64_t hi)
+{
+  const launch_job *l = ctx;
+  l->jk->main(l->bufs, l->scalars, l->dims, lo, hi);
+}
+
+static void run_pass(void *ctx, int64_t lo, int64_t hi)
+{
+  const launch_job *l = ctx;
+  l->fn(l->bufs, l->scalars, l->dims, l->rowvars, l->partials, lo, hi);
+}
+
+/* Combine chunk partials pairwise by levels (reduce.c's COMBINE_FN) into
+** slot, for every (reduction, dtype) the emitter accepts. */
+#define C_ADD(x, y) ((x) + (y))
+#define C_ADDW(T, U, x, y) ((T)((U)(x) + (U)(y)))
+#define C_MAX(x, y) (((x) > (y) || (x) != (x)) ? (x) : (y))
+#define C_MIN(x, y) (((x) < (y) || (x) != (x)) ? (x) : (y))
+#define COMBINE(T, COMB)                                                     \
+  {                                                                          \
+    T *p = parts;                                                            \
+    while (m > 1) {                                                          \
+      int64_t h = m / 2;                                                     \
+      for (int64_t i = 0; i < h; i++)                                        \
+        p[i] = COMB(p[2 * i], p[2 * i + 1]);                                 \
+      if (m & 1)                                                             \
+        p[h] = p[m - 1];                                                     \
+      m = h + (m & 1);                                                       \
+    }                                                                        \
+    memcpy(slot, &p[0], sizeof(T));                                          \
+    return;                                                                  \
+  }
+#define W32(x, y) C_ADDW(int32_t, uint32_t, x, y)
+#define W64(x, y) C_ADDW(int64_t, uint64_t, x, y)
+#define W8(x, y) ((uint8_t)((x) + (y)))
+
+static void combine(int red, int dt, void *parts, int64_t m, void *slot)
+{
+  switch (red * TC_DTYPE__MAX + dt) {
+  case KIR_RED_SUM * TC_DTYPE__MAX + TC_F32: COMBINE(float, C_ADD)
+  case KIR_RED_SUM * TC_DTYPE__MAX + TC_F64: COMBINE(double, C_ADD)
+  case KIR_RED_SUM * TC_DTYPE__MAX + TC_I32: COMBINE(int32_t, W32)
+  case KIR_RED_SUM * TC_DTYPE__MAX + TC_I64: COMBINE(int64_t, W64)
+  case KIR_RED_SUM * TC_DTYPE__MAX + TC_BOOL: COMBINE(uint8_t, W8)
+  case KIR_RED_MAX * TC_DTYPE__MAX + TC_F32: COMBINE(float, C_MAX)
+  case KIR_RED_MAX * TC_DTYPE__MAX + TC_F64: COMBINE(double, C_MAX)
+  case KIR_RED_MAX * TC_DTYPE__MAX + TC_I32: COMBINE(int32_t, C_MAX)
+  case KIR_RED_MAX * TC_DTYPE__MAX + TC_I64: COMBINE(int64_t, C_MAX)
+  case KIR_RED_MAX * TC_DTYPE__MAX + TC_BOOL: COMBINE(uint8_t, C_MAX)
+  case KIR_RED_MIN * TC_DTYPE__MAX + TC_F32: COMBINE(float, C_MIN)
+  case KIR_RED_MIN * TC_DTYPE__MAX + TC_F64: COMBINE(double, C_MIN)
+  case KIR_RED_MIN * TC_DTYPE__MAX + TC_I32: COMBINE(int32_t, C_MIN)
+  case KIR_RED_MIN * TC_DTYPE__MAX + TC_I64: COMBINE(int64_t, C_MIN)
+  case KIR_RED_MIN * TC_DTYPE__MAX + TC_BOOL: COMBINE(uint8_t, C_MIN)
+  }
+  TC_ASSERT(0, "bad reduction");
+}
+
+/* Split mode: one long row shared by the threads, pass by pass. */
+static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
+                        launch_job *l)
+{
+  int64_t n = k->dynamic ? l->dims[k->ndim] : k->row_len;
+  int64_t m = n ? (n + EAGER_CHUNK - 1) / EAGER_CHUNK : 1;
+  _Alignas(8) char small[64 * 8];
+  void *parts = m <= 64 ? small : malloc((size_t)m * 8);
+  if (!parts)
+    return -1;
+  _Alignas(8) char rowvars[KIR_MAX_PASSES * 8] = { 0 };
+  l->rowvars = rowvars;
+  l->partials = parts;
+  for (int p = 0; p < k->npasses; p++) {
+    const kir_pass *ps = &k->pass[p];
+    l->fn = jk->pass[p];
+    if (ps->kind == KIR_PASS_REDUCE) {
+      /* chunks are 4096 elements of work each: split them freely */
+      eager_parallel(m, 2, run_pass, l);
+      combine(ps->red, k->ins[ps->value].dtype, parts, m, rowvars + 8 * p);
+    } else if (ps->kind == KIR_PASS_STORE) {
+      eager_parallel(n, MAP_GRAIN, run_pass, l);
+    } else {
+      run_pass(l, 0, 1);
+    }
+  }
+  if (parts != small)
+    free(parts);
+  return 0;
+}
+
+int jcpu_launch(const jcpu_kernel *jk, const kir_kernel *k, char *const *bufs,
+                const double *scalars, const int64_t *dims)
+{
+  launch_job l = { jk, bufs, scalars, dims, NULL, NULL, NULL };
+  TC_ASSERT(jk->npasses == k->npasses, "kernel does not match its IR");
+  int64_t units = 1;
+  for (int d = 0; d < k->ndim; d++)
+    units *= k->dynamic ? dims[d] : k->size[d];
+  if (k->kind == KIR_ROWS && (!jk->row || (jk->split && units == 1)))
+    return launch_split(jk, k, &l);
+  if (units <= 0)
+    return 0;
+  if (k->kind == KIR_MAP) {
+    eager_parallel(units, MAP_GRAIN, run_main, &l);
+    return 0;
+  }
+  int64_t n = k->dynamic ? dims[k->ndim] : k->row_len;
+  int64_t grain = n >= ROW_GRAIN_ELEMS ? 1 : ROW_GRAIN_ELEMS / (n ? n : 1);
+  eager_parallel(units, grain, run_main, &l);
+  return 0;
+}

@@ -1,0 +1,345 @@
+/*
+** test_trace.c -- tracing: realization semantics, hot-region detection,
+** guards and their explanations, the recompile limit, compile failures.
+** The property under test is that traced programs compute exactly what
+** eager ones do, so expected values come from eager runs of the same code
+** (compile off) and from hand-worked values.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/trace/trace.h"
+
+static char *logbuf;
+static size_t loglen;
+static FILE *logf_;
+
+static void log_begin(void)
+{
+  logf_ = open_memstream(&logbuf, &loglen);
+  tensor_log_to(logf_, TC_LOG_REGIONS | TC_LOG_GUARDS | TC_LOG_RECOMPILES |
+                       TC_LOG_FALLBACK);
+}
+
+static char *log_end(void)   /* caller frees */
+{
+  tensor_log_to(NULL, 0);
+  fclose(logf_);
+  return logbuf;
+}
+
+static int count(const char *hay, const char *needle)
+{
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p++)
+    n++;
+  return n;
+}
+
+static int setup(void **state)
+{
+  (void)state;
+  cache_clear();
+  tc_stats_reset();
+  tc_compile_set(true);
+  return 0;
+}
+
+static int teardown(void **state)
+{
+  (void)state;
+  tc_sync();
+  tc_compile_set(false);
+  assert_int_equal(trace_live_nodes(), 0);
+  cache_clear();
+  return 0;
+}
+
+static double read1(tc_tensor *t, int64_t i)
+{
+  double v[4096];
+  tc_tensor *c = tc_cast(t, TC_F64);
+  assert_int_equal(tc_copy_to(c, v, sizeof(double) * (size_t)tc_numel(c)),
+                   0);
+  tc_release(c);
+  return v[i];
+}
+
+/* -- Realization --------------------------------------------------------- */
+
+static void test_trace_lazy_until_read(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_arange(TC_F32, 0, 16, 1);
+  tc_stats s;
+  tc_tensor *x1 = tc_add_scalar(x, 1);
+  tc_tensor *y = tc_mul_scalar(x1, 3);
+  tc_release(x1);                          /* y still needs its node */
+  tc_stats_get(&s);
+  assert_int_equal(s.regions, 0);          /* nothing computed yet */
+  assert_true(read1(y, 5) == 18.0);        /* (5 + 1) * 3 */
+  tc_stats_get(&s);
+  assert_true(s.regions >= 1);
+  tc_release(y);
+  tc_release(x);
+}
+
+static void test_trace_unread_never_computed(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_ones(TC_F32, TC_SHAPE(1000));
+  tc_stats a, b;
+  tc_stats_get(&a);
+  size_t mark = tc_scope_begin();
+  tc_tensor *y = tc_exp(tc_neg(x));
+  (void)y;
+  tc_scope_end(mark);                      /* released unread */
+  tc_sync();
+  tc_stats_get(&b);
+  assert_int_equal(b.kernels_launched, a.kernels_launched);
+  assert_int_equal(b.regions, a.regions);
+  assert_int_equal(trace_live_nodes(), 0);
+  tc_release(x);
+}
+
+static void test_trace_inplace_over_pending_reader(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_arange(TC_F64, 0, 8, 1);
+  tc_tensor *y = tc_mul_scalar(x, 2);      /* lazy: reads x as it is now */
+  assert_int_equal(tc_add_scalar_(x, 100), 0);
+  assert_true(read1(x, 3) == 103.0);       /* the write landed */
+  assert_true(read1(y, 3) == 6.0);         /* y saw the old x */
+  tc_release(y);
+  tc_release(x);
+}
+
+static void test_trace_views_of_lazy(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_arange(TC_F32, 0, 12, 1);
+  tc_tensor *x1 = tc_add_scalar(x, 1);
+  tc_tensor *y = tc_reshape(x1, TC_SHAPE(3, 4));
+  tc_release(x1);
+  tc_tensor *t = tc_transpose(y, 0, 1);    /* lazy view (4, 3) */
+  tc_tensor *s = tc_slice(t, 0, 1, 4, 2);  /* rows 1 and 3 of t */
+  /* s[1][2] = t[3][2] = y[2][3] = x[11] + 1 */
+  assert_true(read1(s, 5) == 12.0);
+  /* An in-place write through a lazy view lands in its base. */
+  assert_int_equal(tc_mul_scalar_(s, 0), 0);
+  assert_true(read1(y, 11) == 0.0);        /* y[2][3] */
+  assert_true(read1(y, 10) == 11.0);       /* y[2][2] untouched */
+  tc_release(s);
+  tc_release(t);
+  tc_release(y);
+  tc_release(x);
+}
+
+static void test_trace_scope_ends_with_pending_writes(void **state)
+{
+  (void)state;
+  tc_tensor *p = tc_full(TC_F32, TC_SHAPE(256), 1.0);
+  tc_tensor *g = tc_full(TC_F32, TC_SHAPE(256), 0.5);
+  for (int it = 0; it < 3; it++) {
+    size_t mark = tc_scope_begin();
+    tc_tensor *upd = tc_mul_scalar(tc_mul(g, g), 4.0);   /* 1.0 */
+    assert_int_equal(tc_sub_(p, upd), 0);
+    assert_int_equal(tc_mul_scalar_(p, 2.0), 0);
+    tc_scope_end(mark);                    /* temporaries gone, write not */
+  }
+  assert_int_equal(tc_sync(), 0);
+  /* ((1 - 1) * 2 - 1) * 2 - 1) * 2 = -6 */
+  assert_true(read1(p, 255) == -6.0);
+  tc_release(p);
+  tc_release(g);
+}
+
+/* -- The region table ------------------------------------------------------ */
+
+static double loop_body(tc_tensor *x, tc_tensor *w)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *s = tc_sum_all(tc_relu(tc_add_scalar(tc_mul(x, w), -0.25)));
+  double v;
+  assert_int_equal(tc_item(s, &v), 0);
+  tc_scope_end(mark);
+  return v;
+}
+
+static void test_trace_hot_on_nth_iteration(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_rand(TC_F32, TC_SHAPE(64, 128), 1);
+  tc_tensor *w = tc_rand(TC_F32, TC_SHAPE(128), 2);
+  tc_compile_set(false);
+  double want = loop_body(x, w);
+  tc_compile_set(true);
+  tc_stats_reset();
+  log_begin();
+  for (int i = 0; i < 100; i++) {
+    assert_true(loop_body(x, w) == want);   /* bitwise as eager */
+    if (i == 0)
+      assert_int_equal(count(logbuf ? logbuf : "", "hot after"), 0);
+    if (i == 1) {
+      fflush(logf_);
+      assert_int_equal(count(logbuf, "hot after 2 runs"), 1);
+    }
+  }
+  char *log = log_end();
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_int_equal(s.regions, 100);
+  int ns, nv;
+  cache_counts(&ns, &nv);
+  assert_int_equal(ns, 1);                  /* one table entry */
+  assert_int_equal(nv, 1);
+  assert_int_equal(count(log, "hot after"), 1);
+  assert_int_equal(s.guard_failures, 0);
+  free(log);
+  tc_release(x);
+  tc_release(w);
+}
+
+static void run_cast_body(tc_tensor *x)
+{
+  size_t mark = tc_scope_begin();
+  double v;
+  assert_int_equal(tc_item(tc_sum_all(tc_mul_scalar(tc_cast(x, TC_F32), 2)),
+                           &v), 0);
+  tc_scope_end(mark);
+}
+
+static void test_trace_guard_failures_explained(void **state)
+{
+  (void)state;
+  tc_tensor *a = tc_rand(TC_F32, TC_SHAPE(8, 128), 3);
+  tc_tensor *b = tc_rand(TC_F32, TC_SHAPE(8, 256), 4);      /* shape */
+  tc_tensor *c0 = tc_rand(TC_F32, TC_SHAPE(128, 8), 5);
+  tc_tensor *c = tc_transpose(c0, 0, 1);                    /* strides */
+  tc_tensor *d = tc_cast(a, TC_F64);                        /* dtype */
+  assert_int_equal(tc_realize(d), 0);      /* an f64 input, not a cast */
+  log_begin();
+  /* Each failure is explained against the variant seen last. */
+  run_cast_body(a);
+  run_cast_body(a);
+  run_cast_body(b);
+  run_cast_body(a);
+  run_cast_body(c);
+  run_cast_body(a);
+  run_cast_body(d);
+  char *log = log_end();
+  assert_non_null(strstr(log, "guard failed: input 0: size of dim 1 is 256, "
+                              "was compiled for 128"));
+  assert_non_null(strstr(log, "guard failed: input 0: stride of dim 0 is 1, "
+                              "was compiled for"));
+  assert_non_null(strstr(log, "guard failed: input 0: dtype is f64, was "
+                              "compiled for f32"));
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_int_equal(s.guard_failures, 3);   /* b, c and d: a matches again */
+  free(log);
+  tc_release(a);
+  tc_release(b);
+  tc_release(c);
+  tc_release(c0);
+  tc_release(d);
+}
+
+static void test_trace_recompile_limit(void **state)
+{
+  (void)state;
+  log_begin();
+  for (int n = 1; n <= 12; n++) {
+    tc_tensor *x = tc_ones(TC_F32, TC_SHAPE(n + 1, 7));
+    run_cast_body(x);
+    run_cast_body(x);
+    tc_release(x);
+  }
+  char *log = log_end();
+  int ns, nv;
+  cache_counts(&ns, &nv);
+  assert_int_equal(ns, 1);
+  /* 8 specialized variants, then one shape-dynamic one serves the rest. */
+  assert_int_equal(nv, 9);
+  assert_int_equal(count(log, "new (shape-dynamic)"), 1);
+  free(log);
+}
+
+static int compiles;
+
+static int failing_compiler(const trace_region *r, bool dynamic, void **plan,
+                            void (**plan_free)(void *), char *reason,
+                            size_t rlen)
+{
+  (void)r;
+  (void)dynamic;
+  (void)plan;
+  (void)plan_free;
+  compiles++;
+  snprintf(reason, rlen, "injected failure");
+  return -1;
+}
+
+static int never_run(void *plan, trace_region *r)
+{
+  (void)plan;
+  (void)r;
+  fail_msg("a failed region must not run a plan");
+  return -1;
+}
+
+static void test_trace_compile_failure_falls_back(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_rand(TC_F32, TC_SHAPE(64, 128), 7);
+  tc_tensor *w = tc_rand(TC_F32, TC_SHAPE(128), 8);
+  tc_compile_set(false);
+  double want = loop_body(x, w);
+  tc_compile_set(true);
+  trace_set_compiler(failing_compiler, never_run);
+  log_begin();
+  for (int i = 0; i < 10; i++)
+    assert_true(loop_body(x, w) == want);
+  char *log = log_end();
+  trace_set_compiler(NULL, NULL);
+  assert_int_equal(compiles, 1);            /* not retried */
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_int_equal(s.compile_failures, 1);
+  assert_int_equal(s.regions_eager, 10);
+  assert_int_equal(count(log, "injected failure"), 1);
+  free(log);
+  tc_release(x);
+  tc_release(w);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_trace_lazy_until_read, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_unread_never_computed, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_inplace_over_pending_reader,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_views_of_lazy, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_scope_ends_with_pending_writes,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_hot_on_nth_iteration, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_guard_failures_explained,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_recompile_limit, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_compile_failure_falls_back,
+                                    setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
