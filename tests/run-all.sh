@@ -45,9 +45,10 @@ suite "release" build
 if [ "${1:-}" != "--no-sanitize" ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
   suite "asan+ubsan" build-san -Dbuildtype=debugoptimized \
     -Db_sanitize=address,undefined -Db_lundef=false
-  unset ASAN_OPTIONS UBSAN_OPTIONS
+  unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 fi
 
 # The contract: install to a scratch prefix and build a program that sees

@@ -189,3 +189,46 @@ void kir_entry_name(int pass, char *buf, size_t len)
   else
     snprintf(buf, len, "pass%d", pass);
 }
+
+void kir_collapse(kir_kernel *k, bool merge)
+{
+  int row = k->ndim;   /* the row axis stride sits after the outer dims */
+  int nd = 0;
+  for (int d = 0; d < k->ndim; d++) {
+    if (k->size[d] == 1)
+      continue;
+    k->size[nd] = k->size[d];
+    for (int b = 0; b < k->nbufs; b++)
+      k->buf[b].stride[nd] = k->buf[b].stride[d];
+    nd++;
+  }
+  if (merge) {
+    int m = 0;
+    for (int d = 1; d < nd; d++) {
+      bool ok = true;
+      for (int b = 0; b < k->nbufs && ok; b++)
+        ok = k->buf[b].stride[m] == k->buf[b].stride[d] * k->size[d];
+      if (ok) {
+        k->size[m] *= k->size[d];
+        for (int b = 0; b < k->nbufs; b++)
+          k->buf[b].stride[m] = k->buf[b].stride[d];
+      } else {
+        m++;
+        k->size[m] = k->size[d];
+        for (int b = 0; b < k->nbufs; b++)
+          k->buf[b].stride[m] = k->buf[b].stride[d];
+      }
+    }
+    nd = nd ? m + 1 : 0;
+  }
+  if (k->kind == KIR_ROWS)
+    for (int b = 0; b < k->nbufs; b++)
+      k->buf[b].stride[nd] = k->buf[b].stride[row];
+  if (k->kind == KIR_MAP && nd == 0) {   /* a single point: one dim of 1 */
+    k->size[0] = 1;
+    for (int b = 0; b < k->nbufs; b++)
+      k->buf[b].stride[0] = 0;
+    nd = 1;
+  }
+  k->ndim = nd;
+}

@@ -176,6 +176,10 @@ static inline bool kir_split(const kir_kernel *k)
 /* Entry names: "main", or "pass0", "pass1", ... */
 void kir_entry_name(int pass, char *buf, size_t len);
 
+/* Drop size-1 dims and, when merge, fuse adjacent dims that every buffer
+** walks as one (so inner loops are long and contiguous). */
+void kir_collapse(kir_kernel *k, bool merge);
+
 /* Number of parallel units: points (MAP) or rows (ROWS). */
 int64_t kir_units(const kir_kernel *k);
 

@@ -22,256 +22,13 @@
 ** once never changes a result.
 */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jcpu_impl.h"
 #include "../eager/eager.h"   /* EAGER_CHUNK, EAGER_LANES */
 
 _Static_assert(EAGER_LANES == 16, "the lane array and halving assume 16");
-
-/* -- Builder helpers ---------------------------------------------------------- */
-
-gcc_jit_lvalue *jb_local(jb *j, gcc_jit_type *t, const char *hint)
-{
-  char name[48];
-  snprintf(name, sizeof name, "%s_%d", hint, j->nloc++);
-  return gcc_jit_function_new_local(j->fn, NULL, t, name);
-}
-
-gcc_jit_block *jb_block(jb *j, const char *hint)
-{
-  char name[48];
-  snprintf(name, sizeof name, "%s_%d", hint, j->nblk++);
-  return gcc_jit_function_new_block(j->fn, name);
-}
-
-void jb_assign(jb *j, gcc_jit_lvalue *lv, gcc_jit_rvalue *v)
-{
-  gcc_jit_block_add_assignment(j->b, NULL, lv, v);
-}
-
-gcc_jit_rvalue *jb_let(jb *j, const char *hint, gcc_jit_type *t,
-                       gcc_jit_rvalue *v)
-{
-  gcc_jit_lvalue *lv = jb_local(j, t, hint);
-  jb_assign(j, lv, v);
-  return gcc_jit_lvalue_as_rvalue(lv);
-}
-
-gcc_jit_rvalue *jb_sel(jb *j, gcc_jit_type *t, gcc_jit_rvalue *c,
-                       gcc_jit_rvalue *x, gcc_jit_rvalue *y)
-{
-  gcc_jit_lvalue *r = jb_local(j, t, "sel");
-  jb_assign(j, r, y);
-  gcc_jit_block *then = jb_block(j, "then"), *join = jb_block(j, "join");
-  gcc_jit_block_end_with_conditional(j->b, NULL, c, then, join);
-  gcc_jit_block_add_assignment(then, NULL, r, x);
-  gcc_jit_block_end_with_jump(then, NULL, join);
-  j->b = join;
-  return gcc_jit_lvalue_as_rvalue(r);
-}
-
-gcc_jit_rvalue *jb_bin(jb *j, enum gcc_jit_binary_op op, gcc_jit_rvalue *a,
-                       gcc_jit_rvalue *b)
-{
-  return gcc_jit_context_new_binary_op(j->ctx, NULL, op,
-                                       gcc_jit_rvalue_get_type(a), a, b);
-}
-
-gcc_jit_rvalue *jb_cmp(jb *j, enum gcc_jit_comparison op, gcc_jit_rvalue *a,
-                       gcc_jit_rvalue *b)
-{
-  return gcc_jit_context_new_comparison(j->ctx, NULL, op, a, b);
-}
-
-gcc_jit_rvalue *jb_cast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t)
-{
-  return gcc_jit_context_new_cast(j->ctx, NULL, v, t);
-}
-
-gcc_jit_rvalue *jb_bitcast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t)
-{
-  return gcc_jit_context_new_bitcast(j->ctx, NULL, v, t);
-}
-
-/* A float constant of type t (f32 values are rounded here, in C, so GCC
-** never sees a REAL_CST wider than its type). NaN is built from its exact
-** bit pattern. */
-gcc_jit_rvalue *jb_fconst(jb *j, gcc_jit_type *t, double v)
-{
-  if (t == j->t->f32) {
-    float f = (float)v;
-    if (f != f) {
-      uint32_t u;
-      memcpy(&u, &f, sizeof u);
-      return jb_bitcast(j, jb_uconst(j, j->t->u32, u), t);
-    }
-    return gcc_jit_context_new_rvalue_from_double(j->ctx, t, (double)f);
-  }
-  if (v != v) {
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    return jb_bitcast(j, jb_uconst(j, j->t->u64, u), t);
-  }
-  return gcc_jit_context_new_rvalue_from_double(j->ctx, t, v);
-}
-
-gcc_jit_rvalue *jb_iconst(jb *j, gcc_jit_type *t, int64_t v)
-{
-  return gcc_jit_context_new_rvalue_from_long(j->ctx, t, (long)v);
-}
-
-/* Unsigned constants go through long: libgccjit builds the INTEGER_CST in
-** the target type, so the two's complement bits are kept. */
-gcc_jit_rvalue *jb_uconst(jb *j, gcc_jit_type *t, uint64_t v)
-{
-  return gcc_jit_context_new_rvalue_from_long(j->ctx, t, (long)v);
-}
-
-void jcpu_types_init(gcc_jit_context *ctx, jb_types *t)
-{
-  t->v = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_VOID);
-  t->b = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_BOOL);
-  t->i = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT);
-  t->u8 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT8_T);
-  t->i32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT32_T);
-  t->u32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT32_T);
-  t->i64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT64_T);
-  t->u64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT64_T);
-  t->f32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_FLOAT);
-  t->f64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_DOUBLE);
-  t->cp = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_CHAR);
-  t->cp = gcc_jit_type_get_pointer(t->cp);
-  t->cpp = gcc_jit_type_get_pointer(t->cp);
-  t->dp = gcc_jit_type_get_pointer(t->f64);
-  t->i64p = gcc_jit_type_get_pointer(t->i64);
-  t->vp = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_VOID_PTR);
-}
-
-/* -- Checking ------------------------------------------------------------------ */
-
-#define BAD(...) (snprintf(reason, rlen, __VA_ARGS__), -1)
-
-static bool is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
-
-/* Which instructions does value v reach (itself included)? */
-static void closure(const kir_kernel *k, int v, uint8_t *mark)
-{
-  if (v < 0 || mark[v])
-    return;
-  mark[v] = 1;
-  for (int a = 0; a < kir_arity[k->ins[v].op]; a++)
-    closure(k, k->ins[v].arg[a], mark);
-}
-
-static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
-{
-  const kir_instr *in = &k->ins[i];
-  if (in->op >= KOP__MAX || !tensor_dtype_valid((tc_dtype)in->dtype))
-    return BAD("%%%d: bad opcode or dtype", i);
-  int n = kir_arity[in->op];
-  for (int a = 0; a < n; a++)
-    if (in->arg[a] < 0 || in->arg[a] >= i)
-      return BAD("%%%d: operand %d out of order", i, a);
-  int dt = in->dtype;
-  int d0 = n > 0 ? k->ins[in->arg[0]].dtype : dt;
-  int d1 = n > 1 ? k->ins[in->arg[1]].dtype : dt;
-  const char *nm = kir_opname[in->op];
-  switch (in->op) {
-  case KOP_ADD: case KOP_SUB: case KOP_MUL: case KOP_MAXIMUM:
-  case KOP_MINIMUM:
-    if (d0 != dt || d1 != dt)
-      return BAD("%%%d: %s operands differ from its dtype", i, nm);
-    return 0;
-  case KOP_NEG: case KOP_ABS:
-    return d0 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
-  case KOP_DIV: case KOP_POW:
-    if (!is_float(dt))
-      return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
-    return d0 != dt || d1 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
-  case KOP_SQRT: case KOP_EXP: case KOP_LOG: case KOP_TANH:
-  case KOP_SIGMOID: case KOP_SIN: case KOP_COS:
-    if (!is_float(dt))
-      return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
-    return d0 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
-  case KOP_EQ: case KOP_NE: case KOP_LT: case KOP_LE: case KOP_GT:
-  case KOP_GE:
-    return d0 != d1 ? BAD("%%%d: %s operands differ", i, nm) : 0;
-  case KOP_SEL:
-    if (d1 != dt || k->ins[in->arg[2]].dtype != dt)
-      return BAD("%%%d: SEL arms differ from its dtype", i);
-    return 0;
-  case KOP_CONST: case KOP_CAST:
-    return 0;
-  case KOP_SCALAR:
-    if (in->ref < 0 || in->ref >= k->nscalars || in->ref >= KIR_MAX_SCALARS)
-      return BAD("%%%d: scalar s%d out of range", i, in->ref);
-    return 0;
-  case KOP_LOAD:
-    if (in->ref < 0 || in->ref >= k->nbufs)
-      return BAD("%%%d: LOAD of buf%d", i, in->ref);
-    if (k->buf[in->ref].dtype != dt)
-      return BAD("%%%d: LOAD dtype differs from buf%d", i, in->ref);
-    return 0;
-  case KOP_ROWVAR:
-    if (k->kind != KIR_ROWS || in->ref < 0 || in->ref >= k->npasses ||
-        k->pass[in->ref].kind != KIR_PASS_REDUCE)
-      return BAD("%%%d: ROWVAR of pass%d is not a reduction", i, in->ref);
-    if (k->ins[k->pass[in->ref].value].dtype != dt)
-      return BAD("%%%d: ROWVAR dtype", i);
-    return 0;
-  }
-  return BAD("%%%d: unknown opcode", i);
-}
-
-int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
-{
-  if (k->kind != KIR_MAP && k->kind != KIR_ROWS)
-    return BAD("bad kernel kind");
-  if (k->ndim < 0 || k->ndim > TC_MAX_DIMS || k->nbufs < 0 ||
-      k->nbufs > KIR_MAX_BUFS || k->ninstrs < 0 ||
-      k->ninstrs > KIR_MAX_INSTRS || k->npasses < 0 ||
-      k->npasses > KIR_MAX_PASSES || k->nscalars < 0 ||
-      k->nscalars > KIR_MAX_SCALARS)
-    return BAD("kernel counts out of range");
-  for (int d = 0; d < k->ndim; d++)
-    if (k->size[d] < 0)
-      return BAD("negative size");
-  if (k->kind == KIR_ROWS && k->row_len < 0)
-    return BAD("negative row length");
-  for (int b = 0; b < k->nbufs; b++)
-    if (!tensor_dtype_valid((tc_dtype)k->buf[b].dtype))
-      return BAD("buf%d: bad dtype", b);
-  for (int i = 0; i < k->ninstrs; i++)
-    if (check_instr(k, i, reason, rlen) < 0)
-      return -1;
-  for (int p = 0; p < k->npasses; p++) {
-    const kir_pass *ps = &k->pass[p];
-    if (ps->value < 0 || ps->value >= k->ninstrs)
-      return BAD("pass%d: bad value", p);
-    if (k->kind == KIR_MAP && ps->kind != KIR_PASS_STORE)
-      return BAD("pass%d: a map kernel only stores", p);
-    if (ps->kind > KIR_PASS_STORE_ROW)
-      return BAD("pass%d: bad kind", p);
-    if (ps->kind == KIR_PASS_REDUCE && ps->red > KIR_RED_MIN)
-      return BAD("pass%d: bad reduction", p);
-    if (ps->kind != KIR_PASS_REDUCE &&
-        (ps->out < 0 || ps->out >= k->nbufs ||
-         k->buf[ps->out].role != KIR_OUT))
-      return BAD("pass%d: store to buf%d, not an output", p, ps->out);
-    uint8_t mark[KIR_MAX_INSTRS] = { 0 };
-    closure(k, ps->value, mark);
-    for (int i = 0; i < k->ninstrs; i++) {
-      if (!mark[i])
-        continue;
-      if (k->ins[i].op == KOP_ROWVAR && k->ins[i].ref >= p)
-        return BAD("pass%d uses the result of pass%d", p, k->ins[i].ref);
-      if (k->ins[i].op == KOP_LOAD && ps->kind == KIR_PASS_STORE_ROW)
-        return BAD("pass%d: store_row value loads", p);
-    }
-  }
-  return 0;
-}
 
 /* -- Codegen state -------------------------------------------------------------- */
 
@@ -300,7 +57,7 @@ typedef struct {
   int nscope, scope;
   gcc_jit_lvalue *rowvar[KIR_MAX_PASSES];
   uint8_t cls[KIR_MAX_INSTRS];
-  bool used[KIR_MAX_INSTRS];
+  uint8_t used[KIR_MAX_INSTRS];         /* some pass needs it */
 } cg;
 
 static gcc_jit_type *ty(cg *g, int dt)
@@ -321,7 +78,9 @@ static gcc_jit_rvalue *I64(cg *g, int64_t v)
 }
 
 /* Scope ids are never reused within a function (a stale avail[] entry must
-** not come back to life); a kernel opens a few per loop. */
+** not come back to life). A function opens at most 2 + 2 per pass (entry,
+** row, and per pass a store loop or the two lane loops), far below the
+** array's size. */
 static int scope_push(cg *g)
 {
   TC_ASSERT(g->nscope + 1 < (int)(sizeof g->open / sizeof g->open[0]),
@@ -404,7 +163,7 @@ static void if_end(cg *g, gcc_jit_block *join)
 
 static gcc_jit_rvalue *zero_of(cg *g, int dt)
 {
-  return is_float(dt) ? jb_fconst(&g->j, ty(g, dt), 0.0)
+  return jcpu_is_float(dt) ? jb_fconst(&g->j, ty(g, dt), 0.0)
                       : jb_iconst(&g->j, ty(g, dt), 0);
 }
 
@@ -412,7 +171,7 @@ static gcc_jit_rvalue *zero_of(cg *g, int dt)
 static gcc_jit_rvalue *from_bool(cg *g, gcc_jit_rvalue *c, int dt)
 {
   jb *j = &g->j;
-  if (is_float(dt))
+  if (jcpu_is_float(dt))
     return jb_cast(j, jb_cast(j, c, j->t->i), ty(g, dt));
   return jb_cast(j, c, ty(g, dt));
 }
@@ -433,7 +192,7 @@ static gcc_jit_rvalue *wrap_op(cg *g, enum gcc_jit_binary_op op, int dt,
 static gcc_jit_rvalue *neg_of(cg *g, int dt, gcc_jit_rvalue *a)
 {
   jb *j = &g->j;
-  if (is_float(dt))
+  if (jcpu_is_float(dt))
     return gcc_jit_context_new_unary_op(j->ctx, NULL, GCC_JIT_UNARY_OP_MINUS,
                                         ty(g, dt), a);
   return wrap_op(g, GCC_JIT_BINARY_OP_MINUS, dt, zero_of(g, dt), a);
@@ -446,7 +205,7 @@ static gcc_jit_rvalue *maxmin(cg *g, bool max, int dt, gcc_jit_rvalue *x,
   jb *j = &g->j;
   gcc_jit_rvalue *c = jb_cmp(j, max ? GCC_JIT_COMPARISON_GT
                                     : GCC_JIT_COMPARISON_LT, x, y);
-  if (is_float(dt))
+  if (jcpu_is_float(dt))
     c = gcc_jit_context_new_binary_op(
       j->ctx, NULL, GCC_JIT_BINARY_OP_LOGICAL_OR, j->t->b, c,
       jb_cmp(j, GCC_JIT_COMPARISON_NE, x, x));
@@ -463,11 +222,11 @@ static gcc_jit_rvalue *convert(cg *g, gcc_jit_rvalue *x, int from, int to)
   if (to == TC_BOOL)
     return jb_cast(j, jb_cmp(j, GCC_JIT_COMPARISON_NE, x, zero_of(g, from)),
                    j->t->u8);
-  if (is_float(to))
+  if (jcpu_is_float(to))
     return jb_cast(j, x, ty(g, to));
   if (from == TC_I64 && to == TC_I32)
     return jb_cast(j, jb_cast(j, x, j->t->u32), j->t->i32);
-  if (!is_float(from))
+  if (!jcpu_is_float(from))
     return jb_cast(j, x, ty(g, to));   /* bool/i32 widen */
   /* float -> int: keep the C conversion in range (it is undefined
   ** outside), then select the saturated values as SAT does. */
@@ -570,7 +329,7 @@ static gcc_jit_rvalue *instr_expr(cg *g, int i)
   case KOP_DIV: return jb_bin(j, GCC_JIT_BINARY_OP_DIVIDE, a, b);
   case KOP_NEG: return neg_of(g, dt, a);
   case KOP_ABS:
-    if (is_float(dt))
+    if (jcpu_is_float(dt))
       return gcc_jit_context_new_unary_op(j->ctx, NULL, GCC_JIT_UNARY_OP_ABS,
                                           t, a);
     if (dt == TC_BOOL)
@@ -632,7 +391,7 @@ static gcc_jit_rvalue *value(cg *g, int i)
 static void hoist(cg *g, int v)
 {
   uint8_t mark[KIR_MAX_INSTRS] = { 0 };
-  closure(g->k, v, mark);
+  jcpu_closure(g->k, v, mark);
   for (int i = 0; i < g->k->ninstrs; i++)
     if (mark[i] && g->cls[i] != CL_VAR)
       value(g, i);
@@ -682,6 +441,7 @@ static void lane_step(cg *g, const kir_pass *ps, gcc_jit_lvalue *acc,
   jb *j = &g->j;
   int dt = g->k->ins[ps->value].dtype;
   g->at = pos;
+  g->axis = TC_MAX_DIMS;   /* positions along the row axis */
   int prev = scope_push(g);
   gcc_jit_rvalue *v = value(g, ps->value);
   gcc_jit_lvalue *al = gcc_jit_context_new_array_access(
@@ -869,7 +629,6 @@ static void reduce_row(cg *g, int p)
 static void space_init(cg *g)
 {
   const kir_kernel *k = g->k;
-  jb *j = &g->j;
   int nb = k->nbufs, rowax = k->ndim;
   if (!k->dynamic) {
     int n = 0;
@@ -898,7 +657,6 @@ static void space_init(cg *g)
   } else {
     g->nd = k->ndim;
   }
-  (void)j;
 }
 
 /* Per function: bases, and (dynamic) sizes and strides read from dims. */
@@ -1207,43 +965,42 @@ static void emit_split_pass(cg *g, int p)
 
 /* -- Entry ------------------------------------------------------------------------ */
 
-void jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k)
+int jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k)
 {
-  static _Thread_local cg g;   /* large (locals per instruction): not on
-                                  the stack of a thread the user owns */
-  memset(&g, 0, sizeof g);
+  cg *g = calloc(1, sizeof *g);   /* ~40 KB: neither stack nor TLS */
+  if (!g)
+    return -1;
   jb_types types;
   jcpu_types_init(ctx, &types);
   gcc_jit_function *approx[KOP__MAX * 2] = { 0 };
-  g.j.ctx = ctx;
-  g.j.t = &types;
-  g.j.approx = approx;
-  g.k = k;
+  g->j.ctx = ctx;
+  g->j.t = &types;
+  g->j.approx = approx;
+  g->k = k;
   /* classify instructions; mark those some pass uses */
   for (int i = 0; i < k->ninstrs; i++) {
     const kir_instr *in = &k->ins[i];
     uint8_t c = in->op == KOP_LOAD ? CL_VAR
                 : in->op == KOP_ROWVAR ? CL_UNI : CL_INV;
     for (int a = 0; a < kir_arity[in->op]; a++)
-      if (g.cls[in->arg[a]] > c)
-        c = g.cls[in->arg[a]];
-    g.cls[i] = c;
+      if (g->cls[in->arg[a]] > c)
+        c = g->cls[in->arg[a]];
+    g->cls[i] = c;
   }
-  uint8_t mark[KIR_MAX_INSTRS] = { 0 };
   for (int p = 0; p < k->npasses; p++)
-    closure(k, k->pass[p].value, mark);
-  for (int i = 0; i < k->ninstrs; i++)
-    g.used[i] = mark[i];
-  space_init(&g);
+    jcpu_closure(k, k->pass[p].value, g->used);
+  space_init(g);
   bool row, split;
   jcpu_modes(k, &row, &split);
-  g.split = false;
+  g->split = false;
   if (k->kind == KIR_MAP)
-    emit_map(&g);
+    emit_map(g);
   else if (row)
-    emit_rows(&g);
-  g.split = true;
+    emit_rows(g);
+  g->split = true;
   if (split)
     for (int p = 0; p < k->npasses; p++)
-      emit_split_pass(&g, p);
+      emit_split_pass(g, p);
+  free(g);
+  return 0;
 }

@@ -33,7 +33,7 @@ typedef struct jb {
   gcc_jit_function **approx;
 } jb;
 
-/* -- Builder helpers (emit.c) ----------------------------------------------- */
+/* -- Builder helpers (builder.c) ----------------------------------------------- */
 
 /* A new local named after hint, assigned v in the current block. */
 gcc_jit_rvalue *jb_let(jb *j, const char *hint, gcc_jit_type *t,
@@ -55,6 +55,7 @@ gcc_jit_rvalue *jb_bitcast(jb *j, gcc_jit_rvalue *v, gcc_jit_type *t);
 gcc_jit_rvalue *jb_fconst(jb *j, gcc_jit_type *t, double v);
 gcc_jit_rvalue *jb_iconst(jb *j, gcc_jit_type *t, int64_t v);
 gcc_jit_rvalue *jb_uconst(jb *j, gcc_jit_type *t, uint64_t v);
+void jcpu_types_init(gcc_jit_context *ctx, jb_types *t);
 
 /* -- Transcendentals (approx_jit.c) ----------------------------------------- */
 
@@ -62,6 +63,15 @@ gcc_jit_rvalue *jb_uconst(jb *j, gcc_jit_type *t, uint64_t v);
 ** always-inline function on first use. op is KOP_EXP .. KOP_POW. */
 gcc_jit_rvalue *jcpu_approx_call(jb *j, int op, gcc_jit_type *t,
                                  gcc_jit_rvalue *x, gcc_jit_rvalue *y);
+
+/* -- Checks (check.c) ---------------------------------------------------------- */
+
+/* Is k something this backend can compile? 0, or -1 with a reason. */
+int jcpu_check(const kir_kernel *k, char *reason, size_t rlen);
+/* Mark every instruction value v reaches (itself included). */
+void jcpu_closure(const kir_kernel *k, int v, uint8_t *mark);
+
+static inline bool jcpu_is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
 
 /* Which entries a kernel has. Static kernels follow kir_split(). A dynamic
 ** ROWS kernel learns its row count only at launch, so it gets both the row
@@ -81,12 +91,10 @@ static inline void jcpu_modes(const kir_kernel *k, bool *row, bool *split)
   }
 }
 
-/* -- Codegen (emit.c) --------------------------------------------------------- */
+/* -- Codegen (emit.c) ---------------------------------------------------------- */
 
-void jcpu_types_init(gcc_jit_context *ctx, jb_types *t);
-/* Is k something this backend can compile? 0, or -1 with a reason. */
-int jcpu_check(const kir_kernel *k, char *reason, size_t rlen);
-/* Build k's entry functions into ctx (k already checked). */
-void jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k);
+/* Build k's entry functions into ctx (k already checked). 0, or -1 when
+** the codegen state could not be allocated. */
+int jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k);
 
 #endif

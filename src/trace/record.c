@@ -81,6 +81,7 @@ trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
   n->leaf = n->value = NULL;
   n->handles = NULL;
   n->mark = 0;
+  n->born = trace_ts.realizations;
   n->op = op;
   n->dtype = (uint8_t)dt;
   n->cdtype = (uint8_t)dt;
@@ -471,6 +472,7 @@ void trace_init(void)
   tensor_hooks.realize = trace_realize_tensor;
   tensor_hooks.sync = trace_sync;
   tensor_hooks.realize_all = trace_realize_all;
+  trace_compile_register();
 }
 
 __attribute__((constructor)) static void trace_ctor(void) { trace_init(); }

@@ -211,6 +211,24 @@ static int close_writes(reqs *r)
   return 0;
 }
 
+/* Pending values the program still holds that already lived through an
+** earlier realization (parameters made lazily, say) are stored this time
+** rather than recomputed by every region that reads them. Values made
+** since the last realization (this iteration's temporaries) stay lazy. */
+static int add_survivors(reqs *q, trace_node *n, uint64_t epoch)
+{
+  if (n->mark == epoch || n->op == TRACE_OP_LEAF || n->value)
+    return 0;
+  n->mark = epoch;
+  if (n->handles && n->born < trace_ts.realizations &&
+      req_add(q, n, NULL) < 0)
+    return -1;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i].node && add_survivors(q, n->in[i].node, epoch) < 0)
+      return -1;
+  return 0;
+}
+
 /* -- Building the region ----------------------------------------------------- */
 
 typedef struct {
@@ -497,6 +515,11 @@ static int realize(reqs *q)
     return 0;
   if (close_writes(q) < 0)
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+  uint64_t epoch = ++trace_ts.epoch;
+  for (int i = 0, n = q->n; i < n; i++)
+    if (add_survivors(q, q->node[i], epoch) < 0)
+      return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+  trace_ts.realizations++;
   builder b;
   trace_region *r = &b.r;
   if (region_build(&b, q) < 0) {

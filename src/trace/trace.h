@@ -46,6 +46,7 @@ struct trace_node {
   tc_tensor *value;      /* computed value (contiguous, owned ref) */
   tc_tensor *handles;    /* lazy handles over this node (borrowed list) */
   uint64_t mark;         /* walk epoch */
+  uint64_t born;         /* realizations done when the node was made */
   int slot;              /* index in the region being realized */
 };
 

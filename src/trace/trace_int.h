@@ -30,6 +30,7 @@ typedef struct {
   trace_node **held;        /* nodes with live handles (borrowed) */
   int nheld, cap_held;
   uint64_t epoch;           /* walk marks */
+  uint64_t realizations;    /* regions realized on this thread */
   trace_node *free_nodes;   /* recycled nodes, linked through handles */
   int nfree;
 } trace_state;
@@ -48,6 +49,9 @@ void trace_held_remove(trace_node *n);
 
 trace_pending *trace_pending_find(const tc_tensor *t);
 int trace_pending_set(tc_tensor *dst, trace_node *n);
+
+/* Install compile.c's hook (unless TC_JIT=0). */
+void trace_compile_register(void);
 
 /* Realization (region.c). Each returns 0 or -1 with the error set. */
 int trace_realize_tensor(tc_tensor *t);

@@ -1,0 +1,113 @@
+/*
+** fuse.h -- fusion: a region graph becomes a plan of steps, each either a
+** fused kernel in the kernel IR (kir.h) or an extern op run by its eager
+** kernel (matmul, argmax). Elementwise chains and broadcasts fuse into one
+** MAP kernel (several outputs when they share a shape); reductions and the
+** composites (softmax, log_softmax, layer_norm, mean) become one ROWS
+** kernel each, with their elementwise producers inlined. Values that
+** nothing outside a kernel needs are never stored.
+**
+** The graph is trace's region, in a form that depends on tensor only.
+*/
+#ifndef TC_FUSE_H
+#define TC_FUSE_H
+
+#include <stdio.h>
+
+#include "kir.h"
+
+/* Where a value lives while a plan runs. */
+typedef enum {
+  FREF_NONE,
+  FREF_INPUT,    /* graph input i (a materialized tensor) */
+  FREF_TEMP,     /* plan temporary i (contiguous, allocated per run) */
+  FREF_OUTPUT,   /* graph output i's fresh result tensor (contiguous) */
+  FREF_DEST      /* graph output i's write-back target (a view) */
+} fuse_ref_kind;
+
+typedef struct {
+  uint8_t kind;  /* fuse_ref_kind */
+  int index;
+} fuse_ref;
+
+typedef struct {
+  int src;              /* >= 0: node index; < 0: graph input -src - 1 */
+  bool viewed;          /* read through geom (over the source's contiguous
+                           value) */
+  tensor_geom geom;
+} fuse_edge;
+
+typedef struct {
+  uint16_t op;          /* tc_op */
+  uint8_t dtype, cdtype;
+  int ndim;
+  int64_t shape[TC_MAX_DIMS];
+  int nin;
+  fuse_edge in[3];      /* src == INT32_MIN: absent optional input */
+  int dim;
+  bool keepdim;
+} fuse_node;
+
+#define FUSE_ABSENT INT32_MIN
+
+typedef struct {
+  int nnodes;
+  const fuse_node *nodes;          /* topological: operands first */
+  int ninputs;
+  const tc_tensor *const *inputs;  /* materialized tensors */
+  int noutputs;
+  const int *out_node;             /* node index of each output */
+  const int *out_dest;             /* its write-back target (an input
+                                      index), or -1 for a fresh result */
+} fuse_graph;
+
+typedef enum { FSTEP_KERNEL, FSTEP_EXTERN, FSTEP_COPY } fuse_step_kind;
+
+typedef struct {
+  uint8_t kind;                    /* fuse_step_kind */
+  kir_kernel *k;                   /* KERNEL: owned */
+  fuse_ref buf[KIR_MAX_BUFS];      /* KERNEL: what each buffer binds to */
+  int64_t buf_off[KIR_MAX_BUFS];   /* ... and at which element (views) */
+  int nscal;
+  struct { int node, which; } scal[KIR_MAX_SCALARS];  /* scalar slot ->
+                                      that node's scalar argument */
+  int node;                        /* EXTERN: the node it runs */
+  fuse_ref in[3];                  /* EXTERN: its operands (NONE: absent) */
+  bool in_viewed[3];               /* EXTERN: operand read through a view */
+  tensor_geom in_geom[3];
+  fuse_ref out;                    /* EXTERN / COPY: where it writes */
+  fuse_ref from;                   /* COPY: source */
+  void *compiled;                  /* KERNEL: the backend's (not owned
+                                      here: see fuse_plan.compiled_free) */
+} fuse_step;
+
+typedef struct {
+  uint8_t dtype;
+  int ndim;
+  int64_t shape[TC_MAX_DIMS];
+} fuse_temp;
+
+typedef struct fuse_plan {
+  bool dynamic;
+  int nsteps;
+  fuse_step *steps;                /* owned */
+  int ntemps;
+  fuse_temp *temps;                /* owned */
+  int noutputs;
+  fuse_ref *out_ref;               /* where each output's value is */
+  void (*compiled_free)(void *);   /* frees steps[i].compiled */
+} fuse_plan;
+
+/* Build the plan for g. Returns NULL with a one-line reason when some part
+** cannot be fused (the caller runs the region eagerly). Static plans bake
+** sizes and strides into the kernels; dynamic ones read them at run time
+** (build the plan again for each run to get the layouts; the structure,
+** and so the kernels, stay the same). */
+fuse_plan *fuse_build(const fuse_graph *g, bool dynamic, char *reason,
+                      size_t rlen);
+void fuse_plan_free(fuse_plan *p);
+/* Groups, kernels (canonical IR) and bindings, for TC_DEBUG and TC_LOG. */
+void fuse_plan_dump(const fuse_plan *p, FILE *out);
+int fuse_plan_kernels(const fuse_plan *p);
+
+#endif

@@ -1,0 +1,1006 @@
+/*
+** plan.c -- fusion: group a region graph into kernels and lower each group
+** to the kernel IR. The pointwise semantics come from ops.def's `ex`
+** column, expanded here with builder definitions of the expression
+** primitives, so a fused kernel computes the same operations in the same
+** order as the eager kernels (principle 2).
+**
+** Grouping, in topological order:
+**   - extern ops (matmul, argmax) run alone on stored operands;
+**   - each reduction or composite anchors a ROWS kernel (reduced dim =
+**     row axis) with its single-use pointwise producers inlined;
+**   - a pointwise value that must be stored (an output, used twice, read
+**     through a view or by an extern/anchor it cannot be inlined into)
+**     joins the latest MAP group of its shape whose inputs are ready, else
+**     starts one; single-use pointwise values are inlined into their user.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse.h"
+
+typedef enum { NK_PW, NK_ROWS, NK_EXTERN } node_kind;
+
+typedef struct {
+  const fuse_graph *g;
+  fuse_plan *p;
+  bool dynamic;
+  int *consumers;       /* consumer edges per node */
+  bool *store;          /* value must be stored */
+  int *step;            /* step that computes the node, or -1 (inlined) */
+  int *eval_step;       /* step whose kernel evaluates the node */
+  fuse_ref *where;      /* where a stored value lives */
+  int cap_steps;
+  char *reason;
+  size_t rlen;
+  /* kernel being built */
+  kir_kernel *k;
+  fuse_step *st;
+  int cur;              /* its step index */
+  int *cache;           /* node -> instruction (identity map), per kernel */
+  /* SUM_ALL walks its operand's shape as one flat row */
+  bool flat;
+  int flat_ndim;
+  const int64_t *flat_shape;
+  /* retries: what the last attempt asked for */
+  bool *force;          /* node values to store (persist across attempts) */
+  bool *copy;           /* SUM_ALL nodes whose operand is copied dense */
+  int *copy_temp;       /* ... into this temp */
+  int retry;            /* 1 when the attempt asked for another one */
+} fb;
+
+static node_kind kind_of(const fuse_node *n)
+{
+  const op_info *o = &op_table[n->op];
+  if (n->op == TC_OP_MATMUL || n->op == TC_OP_ARGMAX)
+    return NK_EXTERN;
+  if (o->kind == OPK_RD || o->kind == OPK_CP)
+    return NK_ROWS;
+  return NK_PW;   /* pointwise ops and CONTIGUOUS (a copy) */
+}
+
+static int fail(fb *b, const char *msg)
+{
+  snprintf(b->reason, b->rlen, "%s", msg);
+  return -1;
+}
+
+/* -- Steps ------------------------------------------------------------------ */
+
+static int step_new(fb *b, fuse_step_kind kind)
+{
+  fuse_plan *p = b->p;
+  if (p->nsteps == b->cap_steps) {
+    int cap = b->cap_steps ? b->cap_steps * 2 : 8;
+    fuse_step *s = realloc(p->steps, sizeof *s * (size_t)cap);
+    if (!s)
+      return fail(b, "out of memory");
+    p->steps = s;
+    b->cap_steps = cap;
+  }
+  fuse_step *s = &p->steps[p->nsteps];
+  memset(s, 0, sizeof *s);
+  s->kind = (uint8_t)kind;
+  s->node = -1;
+  if (kind == FSTEP_KERNEL) {
+    s->k = calloc(1, sizeof *s->k);
+    if (!s->k)
+      return fail(b, "out of memory");
+  }
+  return p->nsteps++;
+}
+
+static int temp_new(fb *b, const fuse_node *n)
+{
+  fuse_plan *p = b->p;
+  fuse_temp *t = realloc(p->temps, sizeof *t * (size_t)(p->ntemps + 1));
+  if (!t)
+    return fail(b, "out of memory");
+  p->temps = t;
+  t[p->ntemps].dtype = n->dtype;
+  t[p->ntemps].ndim = n->ndim;
+  memcpy(t[p->ntemps].shape, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+  return p->ntemps++;
+}
+
+/* -- Analysis --------------------------------------------------------------- */
+
+static bool same_shape(const fuse_node *a, const fuse_node *b)
+{
+  if (a->ndim != b->ndim)
+    return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d])
+      return false;
+  return true;
+}
+
+static void analyse(fb *b)
+{
+  const fuse_graph *g = b->g;
+  for (int i = 0; i < g->nnodes; i++) {
+    const fuse_node *n = &g->nodes[i];
+    for (int e = 0; e < n->nin; e++) {
+      int s = n->in[e].src;
+      if (s < 0)
+        continue;
+      b->consumers[s]++;
+      /* Views and externs read stored values. */
+      if (n->in[e].viewed || kind_of(n) == NK_EXTERN)
+        b->store[s] = true;
+    }
+    if (kind_of(n) != NK_PW)
+      b->store[i] = true;
+  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (b->consumers[i] != 1 || b->force[i])
+      b->store[i] = true;
+  for (int o = 0; o < g->noutputs; o++)
+    b->store[g->out_node[o]] = true;
+}
+
+/* Are node n's stored dependencies (through inlined producers) all
+** computed by steps before `before`, or by step `before` itself? */
+static bool deps_ready(fb *b, int n, int before)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  for (int e = 0; e < nd->nin; e++) {
+    int s = nd->in[e].src;
+    if (s < 0)
+      continue;
+    if (b->store[s]) {
+      /* Read through a view, a value must be fully stored first: a view
+      ** visits other points than the one being computed. */
+      if (b->step[s] > before || (b->step[s] == before && nd->in[e].viewed))
+        return false;
+    } else if (!deps_ready(b, s, before)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static int assign_steps(fb *b)
+{
+  const fuse_graph *g = b->g;
+  for (int i = 0; i < g->nnodes; i++) {
+    const fuse_node *n = &g->nodes[i];
+    node_kind k = kind_of(n);
+    if (k == NK_PW && !b->store[i]) {
+      b->step[i] = -1;
+      continue;
+    }
+    if (k == NK_EXTERN) {
+      int s = step_new(b, FSTEP_EXTERN);
+      if (s < 0)
+        return -1;
+      b->p->steps[s].node = i;
+      b->step[i] = s;
+      continue;
+    }
+    if (k == NK_ROWS && b->copy[i]) {   /* a dense copy of the operand */
+      int c = step_new(b, FSTEP_COPY);
+      if (c < 0)
+        return -1;
+      b->p->steps[c].node = i;
+      fuse_node tmp = *n;
+      const fuse_edge *e0 = &n->in[0];
+      const tc_tensor *src = e0->src < 0 ? g->inputs[-e0->src - 1] : NULL;
+      tmp.dtype = e0->src >= 0 ? g->nodes[e0->src].dtype : src->dtype;
+      tmp.ndim = e0->viewed ? e0->geom.ndim
+                 : src ? src->ndim : g->nodes[e0->src].ndim;
+      memcpy(tmp.shape, e0->viewed ? e0->geom.shape
+                        : src ? src->shape : g->nodes[e0->src].shape,
+             sizeof(int64_t) * (size_t)tmp.ndim);
+      if ((b->copy_temp[i] = temp_new(b, &tmp)) < 0)
+        return -1;
+      b->p->steps[c].out = (fuse_ref){ FREF_TEMP, b->copy_temp[i] };
+    }
+    if (k == NK_ROWS) {
+      int s = step_new(b, FSTEP_KERNEL);
+      if (s < 0)
+        return -1;
+      b->p->steps[s].node = i;
+      b->step[i] = s;
+      continue;
+    }
+    /* A stored pointwise value: join the latest MAP group of its shape. */
+    int join = -1;
+    for (int s = b->p->nsteps - 1; s >= 0; s--) {
+      fuse_step *st = &b->p->steps[s];
+      if (st->kind != FSTEP_KERNEL || st->node >= 0)
+        continue;
+      int member = -1;
+      for (int j = 0; j < i && member < 0; j++)
+        if (b->step[j] == s && b->store[j])
+          member = j;
+      if (member >= 0 && same_shape(&g->nodes[member], n)) {
+        if (deps_ready(b, i, s))
+          join = s;
+        break;
+      }
+    }
+    if (join < 0 && (join = step_new(b, FSTEP_KERNEL)) < 0)
+      return -1;
+    b->step[i] = join;
+  }
+  /* Which step evaluates each node: inlined ones go with their user. */
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    b->eval_step[i] = b->step[i];
+    if (b->step[i] >= 0)
+      continue;
+    for (int c = i + 1; c < g->nnodes; c++)
+      for (int e = 0; e < g->nodes[c].nin; e++)
+        if (g->nodes[c].in[e].src == i)
+          b->eval_step[i] = b->eval_step[c];
+  }
+  return 0;
+}
+
+/* Can output node n (write-back to input `dest`) be stored straight into
+** the target? Only when no step reads the target's storage after n's step,
+** and n's own (MAP) step reads it only at the point it writes. */
+static bool dest_direct(fb *b, int n, int dest)
+{
+  const fuse_graph *g = b->g;
+  const tc_tensor *d = g->inputs[dest];
+  int s = b->step[n];
+  if (b->p->steps[s].node >= 0)   /* a ROWS kernel rereads its rows */
+    return false;
+  for (int o = 0; o < g->noutputs; o++) {   /* one writer per storage */
+    int od = g->out_dest[o];
+    if (od >= 0 && od != dest && g->inputs[od]->storage == d->storage)
+      return false;
+  }
+  for (int c = 0; c < g->nnodes; c++) {
+    const fuse_node *cn = &g->nodes[c];
+    for (int e = 0; e < cn->nin; e++) {
+      int src = cn->in[e].src;
+      if (src >= 0 || src == FUSE_ABSENT)
+        continue;
+      const tc_tensor *t = g->inputs[-src - 1];
+      if (t->storage != d->storage)
+        continue;
+      int es = b->eval_step[c];
+      if (es < s)
+        continue;
+      if (es > s || !tensor_same_view(t, d) || cn->in[e].viewed ||
+          !same_shape(cn, &g->nodes[n]))
+        return false;
+    }
+  }
+  return true;
+}
+
+static int place_values(fb *b)
+{
+  const fuse_graph *g = b->g;
+  fuse_plan *p = b->p;
+  for (int i = 0; i < g->nnodes; i++)
+    b->where[i] = (fuse_ref){ FREF_NONE, 0 };
+  for (int o = 0; o < g->noutputs; o++) {
+    int n = g->out_node[o], dest = g->out_dest[o];
+    if (dest < 0) {
+      if (b->where[n].kind == FREF_NONE)
+        b->where[n] = (fuse_ref){ FREF_OUTPUT, o };
+      p->out_ref[o] = b->where[n];
+    } else if (kind_of(&g->nodes[n]) == NK_PW && dest_direct(b, n, dest) &&
+               b->where[n].kind == FREF_NONE) {
+      b->where[n] = (fuse_ref){ FREF_DEST, o };
+      p->out_ref[o] = b->where[n];
+    } else {
+      p->out_ref[o] = (fuse_ref){ FREF_NONE, -1 };   /* copied below */
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    if (!b->store[i] || b->where[i].kind != FREF_NONE)
+      continue;
+    /* A value used only inside its own MAP group needs no store. */
+    bool outside = kind_of(&g->nodes[i]) != NK_PW;
+    for (int c = i + 1; c < g->nnodes && !outside; c++)
+      for (int e = 0; e < g->nodes[c].nin; e++)
+        if (g->nodes[c].in[e].src == i &&
+            (b->eval_step[c] != b->step[i] || g->nodes[c].in[e].viewed))
+          outside = true;
+    for (int o = 0; o < g->noutputs; o++)
+      outside |= g->out_node[o] == i;
+    if (!outside)
+      continue;
+    int t = temp_new(b, &g->nodes[i]);
+    if (t < 0)
+      return -1;
+    b->where[i] = (fuse_ref){ FREF_TEMP, t };
+  }
+  /* Write-backs that could not go straight to their target: copy last. */
+  for (int o = 0; o < g->noutputs; o++) {
+    if (g->out_dest[o] < 0 || p->out_ref[o].kind != FREF_NONE)
+      continue;
+    int s = step_new(b, FSTEP_COPY);
+    if (s < 0)
+      return -1;
+    p->steps[s].from = b->where[g->out_node[o]];
+    p->steps[s].out = (fuse_ref){ FREF_DEST, o };
+    p->out_ref[o] = p->steps[s].out;
+  }
+  return 0;
+}
+
+/* -- Lowering to the kernel IR ----------------------------------------------- */
+
+/* A value's coordinates as kernel dims: map[j] is the kernel dim that value
+** dim j follows, or -1 where the value is broadcast (coordinate 0). */
+typedef struct {
+  int ndim;
+  int map[TC_MAX_DIMS];
+} vmap;
+
+static bool vmap_identity(const vmap *m, int kdims)
+{
+  if (m->ndim != kdims)
+    return false;
+  for (int j = 0; j < m->ndim; j++)
+    if (m->map[j] != j)
+      return false;
+  return true;
+}
+
+/* The map of an operand of shape (ndim, shape) read by a user whose own
+** coordinates are `um` over shape ushape: NumPy broadcasting, right
+** aligned. */
+static vmap operand_map(const vmap *um, const int64_t *ushape, int ndim,
+                        const int64_t *shape)
+{
+  vmap m = { .ndim = ndim };
+  int lead = um->ndim - ndim;
+  for (int j = 0; j < ndim; j++)
+    m.map[j] = (shape[j] == 1 && ushape[lead + j] != 1) ? -1
+               : um->map[lead + j];
+  return m;
+}
+
+/* The kernel buffer for (role, ref, off, dtype, strides over kernel dims),
+** made on first use. */
+static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
+                  tc_dtype dt, const int64_t *kst)
+{
+  kir_kernel *k = b->k;
+  int nst = k->ndim + (k->kind == KIR_ROWS);
+  for (int i = 0; i < k->nbufs; i++) {
+    const kir_buf *bf = &k->buf[i];
+    if (bf->role == role && bf->dtype == dt && b->st->buf[i].kind == ref.kind
+        && b->st->buf[i].index == ref.index && b->st->buf_off[i] == off &&
+        memcmp(bf->stride, kst, sizeof(int64_t) * (size_t)nst) == 0)
+      return i;
+  }
+  if (k->nbufs == KIR_MAX_BUFS)
+    return fail(b, "too many buffers in one kernel");
+  int i = k->nbufs++;
+  k->buf[i].role = (uint8_t)role;
+  k->buf[i].dtype = (uint8_t)dt;
+  memset(k->buf[i].stride, 0, sizeof k->buf[i].stride);
+  memcpy(k->buf[i].stride, kst, sizeof(int64_t) * (size_t)nst);
+  b->st->buf[i] = ref;
+  b->st->buf_off[i] = off;
+  return i;
+}
+
+/* Fold a value's per-dim strides onto kernel dims through its map. */
+static void fold(const fb *b, const vmap *m, const int64_t *vst, int64_t *kst)
+{
+  int nst = b->k->ndim + (b->k->kind == KIR_ROWS);
+  for (int d = 0; d < nst; d++)
+    kst[d] = 0;
+  for (int j = 0; j < m->ndim; j++)
+    if (m->map[j] >= 0)
+      kst[m->map[j]] += vst[j];
+}
+
+/* Where a stored value is, as a tensor layout: strides and dtype. */
+static void ref_layout(fb *b, fuse_ref r, int node, int64_t *vst,
+                       tc_dtype *dt)
+{
+  const fuse_graph *g = b->g;
+  const tc_tensor *t = NULL;
+  if (r.kind == FREF_INPUT)
+    t = g->inputs[r.index];
+  else if (r.kind == FREF_DEST)
+    t = g->inputs[g->out_dest[r.index]];
+  if (t) {
+    memcpy(vst, t->stride, sizeof(int64_t) * t->ndim);
+    *dt = (tc_dtype)t->dtype;
+  } else {
+    const fuse_node *n = &g->nodes[node];
+    tensor_contiguous_strides(n->ndim, n->shape, vst);
+    *dt = (tc_dtype)n->dtype;
+  }
+}
+
+/* In a flat row (SUM_ALL), a load must step through the row's shape in C
+** order at one stride (dense) or not at all (a scalar). */
+static int flat_stride(fb *b, const int64_t *vst, const vmap *m, int64_t *st)
+{
+  int64_t cst[TC_MAX_DIMS];
+  tensor_contiguous_strides(b->flat_ndim, b->flat_shape, cst);
+  int64_t c = -1;
+  int lead = b->flat_ndim - m->ndim;
+  for (int j = 0; j < m->ndim; j++) {
+    int64_t size = b->flat_shape[lead + j];
+    if (size == 1)
+      continue;
+    if (m->map[j] < 0)
+      return fail(b, "sum_all over a broadcast operand");
+    if (vst[j] % cst[lead + j] != 0)
+      return fail(b, "sum_all over a strided operand");
+    int64_t cj = vst[j] / cst[lead + j];
+    if (c >= 0 && cj != c)
+      return fail(b, "sum_all over a strided operand");
+    c = cj;
+  }
+  if (lead > 0 && c != 0 && c != -1) {
+    /* a lower-rank dense operand repeats: not one stride */
+    for (int j = 0; j < lead; j++)
+      if (b->flat_shape[j] != 1)
+        return fail(b, "sum_all over a broadcast operand");
+  }
+  *st = c < 0 ? 0 : c;
+  return 0;
+}
+
+static int load(fb *b, fuse_ref r, int64_t off, tc_dtype dt,
+                const int64_t *vst, const vmap *m)
+{
+  int64_t kst[TC_MAX_DIMS + 1];
+  if (b->flat) {
+    if (flat_stride(b, vst, m, &kst[0]) < 0)
+      return -1;
+  } else {
+    fold(b, m, vst, kst);
+  }
+  int buf = buffer(b, KIR_IN, r, off, dt, kst);
+  return buf < 0 ? -1 : kir_load(b->k, buf);
+}
+
+static int scalar_slot(fb *b, int node, int which, tc_dtype dt)
+{
+  fuse_step *st = b->st;
+  for (int i = 0; i < st->nscal; i++)
+    if (st->scal[i].node == node && st->scal[i].which == which)
+      return kir_scalar(b->k, dt, i);
+  if (st->nscal == KIR_MAX_SCALARS)
+    return fail(b, "too many scalars in one kernel");
+  st->scal[st->nscal].node = node;
+  st->scal[st->nscal].which = which;
+  return kir_scalar(b->k, dt, st->nscal++);
+}
+
+/* -- ops.def's `ex`, expanded into IR ---------------------------------------- */
+
+#define K(v)          kir_const(K_, T_, (double)(v))
+#define S(i)          scalar_slot(fz, node, i, T_)
+#define B2(op, x, y)  kir_emit(K_, KOP_##op, T_, x, y, -1)
+#define B1(op, x)     kir_emit(K_, KOP_##op, T_, x, -1, -1)
+#define ADD(x, y)     B2(ADD, x, y)
+#define SUB(x, y)     B2(SUB, x, y)
+#define MUL(x, y)     B2(MUL, x, y)
+#define DIV(x, y)     B2(DIV, x, y)
+#define NEG(x)        B1(NEG, x)
+#define ABS(x)        B1(ABS, x)
+#define EQ(x, y)      B2(EQ, x, y)
+#define NE(x, y)      B2(NE, x, y)
+#define LT(x, y)      B2(LT, x, y)
+#define LE(x, y)      B2(LE, x, y)
+#define GT(x, y)      B2(GT, x, y)
+#define GE(x, y)      B2(GE, x, y)
+#define MAXIMUM(x, y) B2(MAXIMUM, x, y)
+#define MINIMUM(x, y) B2(MINIMUM, x, y)
+#define SEL(p, x, y)  kir_emit(K_, KOP_SEL, T_, p, x, y)
+#define SQRT(x)       B1(SQRT, x)
+#define EXP(x)        B1(EXP, x)
+#define LOG(x)        B1(LOG, x)
+#define TANH(x)       B1(TANH, x)
+#define SIGMOID(x)    B1(SIGMOID, x)
+#define SIN(x)        B1(SIN, x)
+#define COS(x)        B1(COS, x)
+#define POW(x, y)     B2(POW, x, y)
+
+#define EXK_PW(ex) return (ex);
+#define EXK_RD(ex) break;
+#define EXK_VW(ex) break;
+#define EXK_EX(ex) break;
+#define EXK_CP(ex) break;
+#define EXK_CR(ex) break;
+
+/* The expression of pointwise op `op` over operands a, b, c (already in
+** the compute dtype T_). */
+static int emit_ex(fb *fz, int node, tc_op op, tc_dtype T_, int a, int b,
+                   int c)
+{
+  kir_kernel *K_ = fz->k;
+  (void)a;
+  (void)b;
+  (void)c;
+  switch (op) {
+#define TC_OP(n, k, ni, ns, fl, ty, tw, ex) \
+  case TC_OP_##n:                         \
+    EXK_##k(ex)
+#include "../tensor/ops.def"
+  default:
+    break;
+  }
+  return fail(fz, "op has no pointwise expression");
+}
+
+#undef K
+#undef S
+
+/* -- Evaluating values inside one kernel ------------------------------------- */
+
+static int eval(fb *b, int n, const vmap *m);
+
+/* The value of operand e of a user with coordinates um over ushape. */
+static int eval_edge(fb *b, const fuse_edge *e, int ndim_u,
+                     const int64_t *ushape, const vmap *um)
+{
+  const fuse_graph *g = b->g;
+  int src = e->src;
+  int sndim;
+  const int64_t *sshape;
+  if (e->viewed) {
+    sndim = e->geom.ndim;
+    sshape = e->geom.shape;
+  } else if (src < 0) {
+    sndim = g->inputs[-src - 1]->ndim;
+    sshape = g->inputs[-src - 1]->shape;
+  } else {
+    sndim = g->nodes[src].ndim;
+    sshape = g->nodes[src].shape;
+  }
+  (void)ndim_u;
+  vmap om = operand_map(um, ushape, sndim, sshape);
+  if (!e->viewed && src >= 0)
+    return eval(b, src, &om);
+  fuse_ref r;
+  int64_t vst[TC_MAX_DIMS];
+  tc_dtype dt;
+  if (src < 0) {
+    r = (fuse_ref){ FREF_INPUT, -src - 1 };
+    ref_layout(b, r, -1, vst, &dt);
+  } else {
+    r = b->where[src];
+    if (r.kind != FREF_TEMP && r.kind != FREF_OUTPUT)
+      return fail(b, "a view of a value that is not stored contiguously");
+    dt = (tc_dtype)g->nodes[src].dtype;
+  }
+  int64_t off = 0;
+  if (e->viewed) {
+    memcpy(vst, e->geom.stride, sizeof(int64_t) * (size_t)e->geom.ndim);
+    off = e->geom.offset;
+  }
+  return load(b, r, off, dt, vst, &om);
+}
+
+static int eval(fb *b, int n, const vmap *m)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  bool ident = vmap_identity(m, b->k->ndim) && b->k->kind == KIR_MAP;
+  if (ident && b->cache[n] >= 0)
+    return b->cache[n];
+  int v;
+  if (b->store[n] && b->step[n] != b->cur) {
+    if (b->step[n] > b->cur || b->where[n].kind == FREF_NONE)
+      return fail(b, "a value is used before it is computed");
+    int64_t vst[TC_MAX_DIMS];
+    tc_dtype dt;
+    ref_layout(b, b->where[n], n, vst, &dt);
+    v = load(b, b->where[n], 0, dt, vst, m);
+  } else if (kind_of(nd) != NK_PW) {
+    return fail(b, "a reduction result is used inside its own kernel");
+  } else {
+    int in[3] = { -1, -1, -1 };
+    for (int e = 0; e < nd->nin; e++) {
+      in[e] = eval_edge(b, &nd->in[e], nd->ndim, nd->shape, m);
+      if (in[e] < 0)
+        return -1;
+    }
+    tc_dtype dt = (tc_dtype)nd->dtype, cd = (tc_dtype)nd->cdtype;
+    if (nd->op == TC_OP_CAST || nd->op == TC_OP_CONTIGUOUS) {
+      v = kir_cast(b->k, dt, in[0]);
+    } else if (nd->op == TC_OP_FILL) {
+      v = kir_cast(b->k, dt, scalar_slot(b, n, 0, TC_F64));
+    } else {
+      for (int e = 0; e < nd->nin; e++)
+        in[e] = kir_cast(b->k, cd, in[e]);
+      v = kir_cast(b->k, dt, emit_ex(b, n, (tc_op)nd->op, cd, in[0], in[1],
+                                     in[2]));
+    }
+  }
+  if (v < 0)
+    return v == -1 && !b->reason[0] ? fail(b, "kernel too large") : -1;
+  if (ident)
+    b->cache[n] = v;
+  return v;
+}
+
+static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
+{
+  int64_t vst[TC_MAX_DIMS], kst[TC_MAX_DIMS + 1];
+  tc_dtype dt;
+  fuse_ref r = b->where[n];
+  ref_layout(b, r, n, vst, &dt);
+  fold(b, m, vst, kst);
+  int buf = buffer(b, KIR_OUT, r, 0, dt, kst);
+  if (buf < 0 || b->k->npasses == KIR_MAX_PASSES)
+    return fail(b, "too many passes");
+  b->k->pass[b->k->npasses++] = (kir_pass){ (uint8_t)kind, 0, (int16_t)buf,
+                                            kir_cast(b->k, dt, value) };
+  return 0;
+}
+
+static void kernel_begin(fb *b, int s)
+{
+  b->cur = s;
+  b->st = &b->p->steps[s];
+  b->k = b->st->k;
+  b->k->dynamic = b->dynamic;
+  for (int i = 0; i < b->g->nnodes; i++)
+    b->cache[i] = -1;
+}
+
+/* A MAP kernel: every stored pointwise value of the group, one pass. */
+static int build_map(fb *b, int s)
+{
+  const fuse_graph *g = b->g;
+  kernel_begin(b, s);
+  int first = -1;
+  for (int i = 0; i < g->nnodes && first < 0; i++)
+    if (b->step[i] == s)
+      first = i;
+  kir_kernel *k = b->k;
+  k->kind = KIR_MAP;
+  k->ndim = g->nodes[first].ndim;
+  memcpy(k->size, g->nodes[first].shape, sizeof(int64_t) * (size_t)k->ndim);
+  vmap id = { .ndim = k->ndim };
+  for (int d = 0; d < k->ndim; d++)
+    id.map[d] = d;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (b->step[i] != s)
+      continue;
+    int v = eval(b, i, &id);
+    if (v < 0)
+      return -1;
+    if (b->where[i].kind != FREF_NONE &&
+        store(b, i, &id, KIR_PASS_STORE, v) < 0)
+      return -1;
+  }
+  if (k->npasses == 0)
+    return fail(b, "a kernel with nothing to store");
+  kir_collapse(k, !b->dynamic);
+  return 0;
+}
+
+static int reduce_pass(fb *b, kir_red red, int value)
+{
+  kir_kernel *k = b->k;
+  if (value < 0 || k->npasses == KIR_MAX_PASSES)
+    return -1;
+  int p = k->npasses++;
+  k->pass[p] = (kir_pass){ KIR_PASS_REDUCE, (uint8_t)red, -1, value };
+  return kir_rowvar(k, p);
+}
+
+/* A ROWS kernel for reduction or composite n: the reduced dim is the row
+** axis; the passes are the op's decomposition (composite.c's comment). */
+static int build_rows(fb *b, int s, int n)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  kernel_begin(b, s);
+  kir_kernel *k = b->k;
+  k->kind = KIR_ROWS;
+  const fuse_edge *e0 = &nd->in[0];
+  int r;
+  const int64_t *ishape;
+  if (e0->viewed) {
+    r = e0->geom.ndim;
+    ishape = e0->geom.shape;
+  } else if (e0->src < 0) {
+    r = g->inputs[-e0->src - 1]->ndim;
+    ishape = g->inputs[-e0->src - 1]->shape;
+  } else {
+    r = g->nodes[e0->src].ndim;
+    ishape = g->nodes[e0->src].shape;
+  }
+  tc_dtype dt = (tc_dtype)nd->dtype;
+  int x;
+  vmap um = { .ndim = r };
+  if (nd->op == TC_OP_SUM_ALL) {
+    /* One flat row over the operand's shape, producers inlined. */
+    k->ndim = 0;
+    int64_t numel = 1;
+    for (int j = 0; j < r; j++)
+      numel *= ishape[j];
+    k->row_len = numel;
+    b->flat = true;
+    b->flat_ndim = r;
+    b->flat_shape = ishape;
+    for (int j = 0; j < r; j++)
+      um.map[j] = 0;
+    if (b->copy[n]) {
+      int64_t cst[TC_MAX_DIMS];
+      tensor_contiguous_strides(r, ishape, cst);
+      fuse_ref t = { FREF_TEMP, b->copy_temp[n] };
+      x = load(b, t, 0, (tc_dtype)b->p->temps[t.index].dtype, cst, &um);
+    } else {
+      x = eval_edge(b, e0, r, ishape, &um);
+    }
+    b->flat = false;
+    if (x < 0) {
+      /* Not one dense row: store the producer, or copy a strided input,
+      ** and try again. */
+      if (e0->src >= 0 && !b->store[e0->src] && !e0->viewed)
+        b->force[e0->src] = true;
+      else
+        b->copy[n] = true;
+      b->retry = 1;
+      return -1;
+    }
+    int rv = reduce_pass(b, KIR_RED_SUM, kir_cast(k, dt, x));
+    vmap none = { .ndim = 0 };
+    if (rv < 0 || store(b, n, &none, KIR_PASS_STORE_ROW, rv) < 0)
+      return fail(b, "kernel too large");
+    return 0;
+  }
+  int d = nd->op == TC_OP_LAYER_NORM ? r - 1 : nd->dim;
+  k->ndim = r - 1;
+  k->row_len = ishape[d];
+  for (int j = 0, o = 0; j < r; j++) {
+    if (j == d)
+      continue;
+    k->size[o++] = ishape[j];
+  }
+  for (int j = 0; j < r; j++)
+    um.map[j] = j < d ? j : j == d ? r - 1 : j - 1;
+  x = eval_edge(b, e0, r, ishape, &um);
+  if (x < 0)
+    return -1;
+  x = kir_cast(k, dt, x);
+  int64_t nrow = k->row_len;
+  /* The output's coordinates: rows kept, dropped, or as the input. */
+  vmap om = { .ndim = nd->ndim };
+  if (op_table[nd->op].kind == OPK_RD || nd->op == TC_OP_MEAN) {
+    for (int j = 0, o = 0; j < nd->ndim; j++) {
+      if (nd->keepdim && j == d)
+        om.map[j] = -1;
+      else
+        om.map[j] = o++;
+    }
+  } else {
+    om = um;
+  }
+  tc_dtype T_ = dt;
+  kir_kernel *K_ = k;
+#define K(v) kir_const(K_, T_, (double)(v))
+  switch (nd->op) {
+  case TC_OP_SUM:
+  case TC_OP_MAX:
+  case TC_OP_MIN: {
+    kir_red red = nd->op == TC_OP_SUM ? KIR_RED_SUM
+                  : nd->op == TC_OP_MAX ? KIR_RED_MAX : KIR_RED_MIN;
+    int rv = reduce_pass(b, red, x);
+    if (rv < 0 || store(b, n, &om, KIR_PASS_STORE_ROW, rv) < 0)
+      return fail(b, "kernel too large");
+    break;
+  }
+  case TC_OP_MEAN: {
+    int rv = reduce_pass(b, KIR_RED_SUM, x);
+    if (rv < 0 || store(b, n, &om, KIR_PASS_STORE_ROW,
+                        DIV(rv, K(nrow))) < 0)
+      return fail(b, "kernel too large");
+    break;
+  }
+  case TC_OP_SOFTMAX:
+  case TC_OP_LOG_SOFTMAX: {
+    int m = reduce_pass(b, KIR_RED_MAX, x);
+    int sum = reduce_pass(b, KIR_RED_SUM, EXP(SUB(x, m)));
+    int v = nd->op == TC_OP_SOFTMAX ? DIV(EXP(SUB(x, m)), sum)
+                                    : SUB(SUB(x, m), LOG(sum));
+    if (m < 0 || sum < 0 || store(b, n, &om, KIR_PASS_STORE, v) < 0)
+      return fail(b, "kernel too large");
+    break;
+  }
+  case TC_OP_LAYER_NORM: {
+    int s0 = reduce_pass(b, KIR_RED_SUM, x);
+    int mean = DIV(s0, K(nrow));
+    int xc = SUB(x, mean);
+    int s1 = reduce_pass(b, KIR_RED_SUM, MUL(xc, xc));
+    int var = DIV(s1, K(nrow));
+    int rs = DIV(K(1), SQRT(ADD(var, scalar_slot(b, n, 0, dt))));
+    int v = MUL(SUB(x, mean), rs);
+    for (int e = 1; e < 3; e++) {
+      if (nd->in[e].src == FUSE_ABSENT)
+        continue;
+      int gb = kir_cast(k, dt, eval_edge(b, &nd->in[e], r, ishape, &um));
+      v = e == 1 ? MUL(v, gb) : ADD(v, gb);
+    }
+    if (s0 < 0 || s1 < 0 || store(b, n, &om, KIR_PASS_STORE, v) < 0)
+      return fail(b, "kernel too large");
+    break;
+  }
+  default:
+    return fail(b, "reduction kind not fused");
+  }
+#undef K
+  kir_collapse(k, !b->dynamic);
+  return 0;
+}
+
+static int build_extern(fb *b, int s, int n)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  fuse_step *st = &b->p->steps[s];
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src == FUSE_ABSENT) {
+      st->in[e] = (fuse_ref){ FREF_NONE, 0 };
+      continue;
+    }
+    st->in[e] = src < 0 ? (fuse_ref){ FREF_INPUT, -src - 1 }
+                        : b->where[src];
+    if (st->in[e].kind == FREF_NONE)
+      return fail(b, "an extern op's operand is not stored");
+    st->in_viewed[e] = nd->in[e].viewed;
+    st->in_geom[e] = nd->in[e].geom;
+    if (nd->in[e].viewed && src >= 0 && b->where[src].kind == FREF_DEST)
+      return fail(b, "a view of a write-back target");
+  }
+  st->out = b->where[n];
+  return 0;
+}
+
+/* -- Public to the project ------------------------------------------------ */
+
+static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
+                             bool *copy, int *copy_temp, int *retry,
+                             char *reason, size_t rlen)
+{
+  fb b;
+  memset(&b, 0, sizeof b);
+  b.force = force;
+  b.copy = copy;
+  b.copy_temp = copy_temp;
+  b.g = g;
+  b.dynamic = dynamic;
+  b.reason = reason;
+  b.rlen = rlen;
+  reason[0] = '\0';
+  fuse_plan *p = calloc(1, sizeof *p);
+  size_t nn = (size_t)g->nnodes + 1;
+  b.consumers = calloc(nn, sizeof *b.consumers);
+  b.store = calloc(nn, sizeof *b.store);
+  b.step = calloc(nn, sizeof *b.step);
+  b.eval_step = calloc(nn, sizeof *b.eval_step);
+  b.where = calloc(nn, sizeof *b.where);
+  b.cache = calloc(nn, sizeof *b.cache);
+  int rc = -1;
+  if (!p || !b.consumers || !b.store || !b.step || !b.eval_step ||
+      !b.where || !b.cache) {
+    fail(&b, "out of memory");
+    goto done;
+  }
+  b.p = p;
+  p->dynamic = dynamic;
+  p->noutputs = g->noutputs;
+  p->out_ref = calloc((size_t)g->noutputs + 1, sizeof *p->out_ref);
+  if (!p->out_ref) {
+    fail(&b, "out of memory");
+    goto done;
+  }
+  analyse(&b);
+  if (assign_steps(&b) < 0 || place_values(&b) < 0)
+    goto done;
+  rc = 0;
+  for (int s = 0; s < p->nsteps && rc == 0; s++) {
+    fuse_step *st = &p->steps[s];
+    if (st->kind == FSTEP_COPY && st->node >= 0) {
+      const fuse_edge *e0 = &g->nodes[st->node].in[0];
+      st->from = e0->src < 0 ? (fuse_ref){ FREF_INPUT, -e0->src - 1 }
+                             : b.where[e0->src];
+      st->in_viewed[0] = e0->viewed;
+      st->in_geom[0] = e0->geom;
+      if (st->from.kind == FREF_NONE)
+        rc = fail(&b, "a copied operand is not stored");
+    } else if (st->kind == FSTEP_EXTERN)
+      rc = build_extern(&b, s, st->node);
+    else if (st->kind == FSTEP_KERNEL)
+      rc = st->node >= 0 ? build_rows(&b, s, st->node) : build_map(&b, s);
+  }
+done:
+  free(b.consumers);
+  free(b.store);
+  free(b.step);
+  free(b.eval_step);
+  free(b.where);
+  free(b.cache);
+  *retry = b.retry;
+  if (rc < 0) {
+    if (!reason[0])
+      snprintf(reason, rlen, "fusion failed");
+    fuse_plan_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+fuse_plan *fuse_build(const fuse_graph *g, bool dynamic, char *reason,
+                      size_t rlen)
+{
+  size_t nn = (size_t)g->nnodes + 1;
+  bool *force = calloc(nn, sizeof *force), *copy = calloc(nn, sizeof *copy);
+  int *copy_temp = calloc(nn, sizeof *copy_temp);
+  fuse_plan *p = NULL;
+  if (!force || !copy || !copy_temp) {
+    snprintf(reason, rlen, "out of memory");
+  } else {
+    /* Each retry stores or copies one more operand; a few suffice. */
+    for (int attempt = 0; attempt < 4 && !p; attempt++) {
+      int retry = 0;
+      p = build_once(g, dynamic, force, copy, copy_temp, &retry, reason,
+                     rlen);
+      if (!retry)
+        break;
+    }
+  }
+  free(force);
+  free(copy);
+  free(copy_temp);
+  return p;
+}
+
+void fuse_plan_free(fuse_plan *p)
+{
+  if (!p)
+    return;
+  for (int s = 0; s < p->nsteps; s++) {
+    free(p->steps[s].k);
+    if (p->steps[s].compiled && p->compiled_free)
+      p->compiled_free(p->steps[s].compiled);
+  }
+  free(p->steps);
+  free(p->temps);
+  free(p->out_ref);
+  free(p);
+}
+
+int fuse_plan_kernels(const fuse_plan *p)
+{
+  int n = 0;
+  for (int s = 0; s < p->nsteps; s++)
+    n += p->steps[s].kind == FSTEP_KERNEL;
+  return n;
+}
+
+static const char *const ref_name[] = { "none", "input", "temp", "output",
+                                        "dest" };
+
+void fuse_plan_dump(const fuse_plan *p, FILE *out)
+{
+  fprintf(out, "plan: %d steps, %d kernels, %d temps%s\n", p->nsteps,
+          fuse_plan_kernels(p), p->ntemps, p->dynamic ? ", dynamic" : "");
+  for (int s = 0; s < p->nsteps; s++) {
+    const fuse_step *st = &p->steps[s];
+    if (st->kind == FSTEP_KERNEL) {
+      fprintf(out, "step %d: kernel\n", s);
+      for (int i = 0; i < st->k->nbufs; i++)
+        fprintf(out, "  buf%d = %s %d%+lld\n", i, ref_name[st->buf[i].kind],
+                st->buf[i].index, (long long)st->buf_off[i]);
+      kir_print(st->k, out);
+    } else if (st->kind == FSTEP_EXTERN) {
+      fprintf(out, "step %d: extern node %d -> %s %d\n", s, st->node,
+              ref_name[st->out.kind], st->out.index);
+    } else {
+      fprintf(out, "step %d: copy %s %d -> %s %d\n", s,
+              ref_name[st->from.kind], st->from.index,
+              ref_name[st->out.kind], st->out.index);
+    }
+  }
+}

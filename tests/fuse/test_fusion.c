@@ -1,0 +1,322 @@
+/*
+** test_fusion.c -- fusion end to end: compiled regions give bitwise the
+** results of the eager kernels (principle 2) for every op and composite on
+** contiguous, transposed, sliced and broadcast inputs in f32 and f64; known
+** patterns become the expected number of kernels; an injected compile
+** failure falls back to eager with the same results.
+**
+** "Eager" here is the same program run with compile mode off: bitwise
+** equality between the two modes is the property under test.
+*/
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/trace/trace.h"
+#include "../../src/jit_cpu/jit_cpu.h"
+
+typedef tc_tensor *(*prog_fn)(tc_tensor *const *in);
+
+/* Run prog eagerly and compiled (hot at once) and compare bit for bit;
+** returns the kernels compiled for it. */
+static uint64_t check_prog(const char *name, prog_fn prog, int nin,
+                           tc_tensor *const *in)
+{
+  tc_compile_set(false);
+  tc_tensor *want = prog(in);
+  assert_non_null(want);
+  size_t nb = (size_t)tc_numel(want) * tc_dtype_size(tc_dtype_of(want));
+  void *w = malloc(nb + 1), *g = malloc(nb + 1);
+  assert_int_equal(tc_copy_to(want, w, nb), 0);
+  tc_compile_set(true);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  tc_tensor *got = prog(in);
+  assert_non_null(got);
+  assert_int_equal(tc_dtype_of(got), tc_dtype_of(want));
+  assert_int_equal(tc_copy_to(got, g, nb), 0);
+  tc_stats_get(&s1);
+  if (memcmp(w, g, nb) != 0)
+    fail_msg("%s: compiled result differs from eager", name);
+  if (s1.regions_compiled == s0.regions_compiled)
+    fail_msg("%s: region was not compiled", name);
+  tc_release(want);
+  tc_release(got);
+  free(w);
+  free(g);
+  (void)nin;
+  return s1.kernels_compiled - s0.kernels_compiled;
+}
+
+static int setup(void **state)
+{
+  (void)state;
+  trace_init();   /* links trace in (static test) */
+  cache_clear();
+  cache_configure(&(cache_config){ .hot = 1, .recompile_limit = 8 });
+  return 0;
+}
+
+static int teardown(void **state)
+{
+  (void)state;
+  tc_compile_set(false);
+  cache_clear();
+  cache_configure(&(cache_config){ .hot = 2, .recompile_limit = 8 });
+  return 0;
+}
+
+/* -- Every op on every layout -------------------------------------------------- */
+
+static tc_op cur_op;
+
+static tc_tensor *one_op(tc_tensor *const *in)
+{
+  switch (cur_op) {
+  case TC_OP_NEG: return tc_neg(in[0]);
+  case TC_OP_ABS: return tc_abs(in[0]);
+  case TC_OP_EXP: return tc_exp(in[0]);
+  case TC_OP_LOG: return tc_log(tc_abs(in[0]));
+  case TC_OP_SQRT: return tc_sqrt(tc_abs(in[0]));
+  case TC_OP_RSQRT: return tc_rsqrt(tc_abs(in[0]));
+  case TC_OP_SIN: return tc_sin(in[0]);
+  case TC_OP_COS: return tc_cos(in[0]);
+  case TC_OP_TANH: return tc_tanh(in[0]);
+  case TC_OP_SIGMOID: return tc_sigmoid(in[0]);
+  case TC_OP_RELU: return tc_relu(in[0]);
+  case TC_OP_GELU: return tc_gelu(in[0]);
+  case TC_OP_SILU: return tc_silu(in[0]);
+  case TC_OP_CAST: return tc_cast(in[0], TC_I32);
+  case TC_OP_ADD: return tc_add(in[0], in[1]);
+  case TC_OP_SUB: return tc_sub(in[0], in[1]);
+  case TC_OP_MUL: return tc_mul(in[0], in[1]);
+  case TC_OP_DIV: return tc_div(in[0], in[1]);
+  case TC_OP_POW: return tc_pow(tc_abs(in[0]), in[1]);
+  case TC_OP_MAXIMUM: return tc_maximum(in[0], in[1]);
+  case TC_OP_MINIMUM: return tc_minimum(in[0], in[1]);
+  case TC_OP_EQ: return tc_eq(in[0], in[1]);
+  case TC_OP_NE: return tc_ne(in[0], in[1]);
+  case TC_OP_LT: return tc_lt(in[0], in[1]);
+  case TC_OP_LE: return tc_le(in[0], in[1]);
+  case TC_OP_GT: return tc_gt(in[0], in[1]);
+  case TC_OP_GE: return tc_ge(in[0], in[1]);
+  case TC_OP_WHERE: return tc_where(tc_gt(in[0], in[1]), in[0], in[1]);
+  case TC_OP_ADDS: return tc_add_scalar(in[0], 0.75);
+  case TC_OP_SUBS: return tc_sub_scalar(in[0], -2.5);
+  case TC_OP_MULS: return tc_mul_scalar(in[0], 3.25);
+  case TC_OP_DIVS: return tc_div_scalar(in[0], 7.0);
+  case TC_OP_POWS: return tc_pow_scalar(tc_abs(in[0]), 2.5);
+  case TC_OP_CLAMP: return tc_clamp(in[0], -0.5, 0.25);
+  case TC_OP_SUM: return tc_sum(in[0], 0, false);
+  case TC_OP_MAX: return tc_max(in[0], -1, true);
+  case TC_OP_MIN: return tc_min(in[0], 0, true);
+  case TC_OP_SUM_ALL: return tc_sum_all(tc_mul(in[0], in[1]));
+  case TC_OP_MEAN: return tc_mean(in[0], -1, false);
+  case TC_OP_SOFTMAX: return tc_softmax(in[0], -1);
+  case TC_OP_LOG_SOFTMAX: return tc_log_softmax(in[0], 0);
+  case TC_OP_LAYER_NORM: return tc_layer_norm(in[0], NULL, NULL, 1e-5);
+  default: return NULL;
+  }
+}
+
+/* Layouts of a (rows x cols) operand: contiguous, transposed, sliced with
+** step, and broadcast (a row expanded). */
+static tc_tensor *layout(tc_dtype dt, int which, uint64_t seed)
+{
+  const int64_t R = 37, C = 53;
+  tc_tensor *t = NULL, *base;
+  switch (which) {
+  case 0:
+    base = tc_randn(TC_F64, TC_SHAPE(R, C), seed);
+    t = tc_cast(base, dt);
+    break;
+  case 1:
+    base = tc_randn(TC_F64, TC_SHAPE(C, R), seed);
+    t = tc_transpose(tc_cast(base, dt), 0, 1);
+    break;
+  case 2:
+    base = tc_randn(TC_F64, TC_SHAPE(2 * R, 3 * C), seed);
+    t = tc_slice(tc_slice(tc_cast(base, dt), 0, 0, 2 * R, 2), 1, 1, 3 * C,
+                 3);
+    break;
+  default:
+    base = tc_randn(TC_F64, TC_SHAPE(1, C), seed);
+    t = tc_expand(tc_cast(base, dt), 2, (int64_t[]){ R, C });
+    break;
+  }
+  tc_release(base);
+  return t;
+}
+
+static void test_fusion_every_op_bitwise(void **state)
+{
+  (void)state;
+  static const char *const lname[] = { "contiguous", "transposed", "sliced",
+                                       "broadcast" };
+  const tc_dtype dts[2] = { TC_F32, TC_F64 };
+  for (int di = 0; di < 2; di++)
+    for (int l = 0; l < 4; l++) {
+      size_t mark = tc_scope_begin();
+      tc_compile_set(false);   /* inputs are materialized */
+      tc_tensor *in[2] = { layout(dts[di], l, 11), layout(dts[di], 0, 12) };
+      for (int op = 0; op < TC_OP__MAX; op++) {
+        cur_op = (tc_op)op;
+        size_t m2 = tc_scope_begin();
+        tc_compile_set(false);
+        tc_tensor *probe = one_op(in);
+        tc_scope_end(m2);
+        if (!probe)
+          continue;
+        char name[96];
+        snprintf(name, sizeof name, "%s %s %s", op_table[op].name,
+                 tc_dtype_name(dts[di]), lname[l]);
+        size_t m3 = tc_scope_begin();
+        check_prog(name, one_op, 2, in);
+        tc_scope_end(m3);
+      }
+      tc_scope_end(mark);
+    }
+}
+
+/* -- Known patterns -------------------------------------------------------------- */
+
+static tc_tensor *gelu_by_hand(tc_tensor *const *in)
+{
+  tc_tensor *x = in[0];
+  tc_tensor *x3 = tc_mul(tc_mul(x, x), x);
+  tc_tensor *u = tc_mul_scalar(tc_add(x, tc_mul_scalar(x3, 0.044715)),
+                               0.7978845608028654);
+  return tc_mul(tc_mul_scalar(x, 0.5), tc_add_scalar(tc_tanh(u), 1.0));
+}
+
+static tc_tensor *softmax_prog(tc_tensor *const *in)
+{
+  return tc_softmax(in[0], -1);
+}
+
+static tc_tensor *sum_of_squares(tc_tensor *const *in)
+{
+  return tc_sum_all(tc_mul(in[0], in[0]));
+}
+
+static void test_fusion_kernel_counts(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(64, 1000), 3);
+  tc_tensor *in[1] = { x };
+  assert_int_equal(check_prog("gelu chain", gelu_by_hand, 1, in), 1);
+  assert_int_equal(check_prog("softmax", softmax_prog, 1, in), 1);
+  assert_int_equal(check_prog("sum of squares", sum_of_squares, 1, in), 1);
+  tc_scope_end(mark);
+}
+
+/* An Adam step over p, m, v, in place: one kernel writing three tensors. */
+static void adam_step(tc_tensor *p, tc_tensor *g, tc_tensor *m, tc_tensor *v,
+                      int t)
+{
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  size_t mark = tc_scope_begin();
+  tc_mul_scalar_(m, b1);
+  tc_add_(m, tc_mul_scalar(g, 1 - b1));
+  tc_mul_scalar_(v, b2);
+  tc_add_(v, tc_mul_scalar(tc_mul(g, g), 1 - b2));
+  tc_tensor *mhat = tc_div_scalar(m, 1 - pow(b1, t));
+  tc_tensor *vhat = tc_div_scalar(v, 1 - pow(b2, t));
+  tc_sub_(p, tc_mul_scalar(tc_div(mhat, tc_add_scalar(tc_sqrt(vhat), eps)),
+                           lr));
+  tc_scope_end(mark);
+  assert_int_equal(tc_sync(), 0);
+}
+
+static void test_fusion_adam_one_kernel(void **state)
+{
+  (void)state;
+  tc_tensor *st[2][4];
+  for (int mode = 0; mode < 2; mode++) {
+    tc_compile_set(false);
+    st[mode][0] = tc_randn(TC_F32, TC_SHAPE(1 << 16), 1);
+    st[mode][1] = tc_randn(TC_F32, TC_SHAPE(1 << 16), 2);
+    st[mode][2] = tc_zeros(TC_F32, TC_SHAPE(1 << 16));
+    st[mode][3] = tc_zeros(TC_F32, TC_SHAPE(1 << 16));
+  }
+  tc_stats s0, s1;
+  for (int t = 1; t <= 4; t++) {
+    tc_compile_set(false);
+    adam_step(st[0][0], st[0][1], st[0][2], st[0][3], t);
+    tc_compile_set(true);
+    tc_stats_get(&s0);
+    adam_step(st[1][0], st[1][1], st[1][2], st[1][3], t);
+    tc_stats_get(&s1);
+    if (t == 1)
+      assert_int_equal(s1.kernels_compiled - s0.kernels_compiled, 1);
+    else
+      assert_int_equal(s1.kernels_compiled - s0.kernels_compiled, 0);
+    assert_int_equal(s1.regions_compiled - s0.regions_compiled, 1);
+  }
+  tc_compile_set(false);
+  size_t nb = sizeof(float) << 16;
+  void *a = malloc(nb), *b = malloc(nb);
+  for (int i = 0; i < 4; i += 2) {   /* p and m, bitwise */
+    assert_int_equal(tc_copy_to(st[0][i], a, nb), 0);
+    assert_int_equal(tc_copy_to(st[1][i], b, nb), 0);
+    assert_memory_equal(a, b, nb);
+  }
+  free(a);
+  free(b);
+  for (int mode = 0; mode < 2; mode++)
+    for (int i = 0; i < 4; i++)
+      tc_release(st[mode][i]);
+}
+
+/* -- Fallback ---------------------------------------------------------------------- */
+
+static void test_fusion_compile_failure_falls_back(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(32, 100), 9);
+  tc_tensor *want = tc_softmax(tc_mul_scalar(x, 2), -1);
+  double wv, gv;
+  assert_int_equal(tc_item(tc_sum_all(want), &wv), 0);
+  tc_compile_set(true);
+  jcpu_fail_next(1);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  for (int i = 0; i < 3; i++) {
+    tc_tensor *got = tc_softmax(tc_mul_scalar(x, 2), -1);
+    size_t nb = sizeof(float) * 3200;
+    float a[3200], b[3200];
+    assert_int_equal(tc_copy_to(got, a, nb), 0);
+    assert_int_equal(tc_copy_to(want, b, nb), 0);
+    assert_memory_equal(a, b, nb);
+  }
+  tc_stats_get(&s1);
+  assert_int_equal(s1.compile_failures - s0.compile_failures, 1);
+  assert_int_equal(s1.regions_compiled - s0.regions_compiled, 0);
+  (void)gv;
+  tc_scope_end(mark);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_fusion_kernel_counts, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_adam_one_kernel, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_compile_failure_falls_back,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_every_op_bitwise, setup,
+                                    teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
