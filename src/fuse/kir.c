@@ -89,8 +89,8 @@ static const char *const red_name[] = { "sum", "max", "min" };
 
 void kir_print(const kir_kernel *k, FILE *out)
 {
-  fprintf(out, "kernel %s%s [", k->kind == KIR_MAP ? "map" : "rows",
-          k->dynamic ? " dynamic" : "");
+  fprintf(out, "kernel %s%s%s [", k->kind == KIR_MAP ? "map" : "rows",
+          k->dynamic ? " dynamic" : "", k->inplace ? " inplace" : "");
   for (int d = 0; d < k->ndim; d++)
     fprintf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
   fprintf(out, "]");

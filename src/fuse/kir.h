@@ -96,6 +96,10 @@ typedef enum { KIR_MAP, KIR_ROWS } kir_kind;
 typedef struct {
   uint8_t kind;                   /* kir_kind */
   bool dynamic;                   /* sizes/strides read at run time */
+  bool inplace;                   /* MAP: an output may be an input, read
+                                     and written at the same point (the
+                                     backend must not let the alias stop
+                                     vectorization) */
   int ndim;                       /* outer dims (MAP: all dims) */
   int64_t size[TC_MAX_DIMS];      /* outer sizes */
   int64_t row_len;                /* ROWS */

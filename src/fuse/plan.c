@@ -671,6 +671,7 @@ static int build_map(fb *b, int s)
     if (b->where[i].kind != FREF_NONE &&
         store(b, i, &id, KIR_PASS_STORE, v) < 0)
       return -1;
+    k->inplace |= b->where[i].kind == FREF_DEST;
   }
   if (k->npasses == 0)
     return fail(b, "a kernel with nothing to store");

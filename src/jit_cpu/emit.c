@@ -804,6 +804,60 @@ static gcc_jit_function *new_entry(cg *g, int pass)
 }
 
 /* MAP: segments of the innermost dim, every STORE pass in one loop. */
+/* An in-place MAP segment of len points, in blocks: compute every output
+** of a block into local arrays, then store them. libgccjit has no
+** `restrict`, and an output that is also an input (same point) defeats
+** GCC's runtime alias check, leaving the loop scalar; the local arrays
+** alias nothing, so both loops vectorize. Same-point reads come before
+** writes, as in the plain loop. */
+#define MAP_BLOCK 256
+
+static void map_blocked(cg *g, gcc_jit_rvalue *len)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  gcc_jit_lvalue *tmp[KIR_MAX_PASSES];
+  for (int p = 0; p < k->npasses; p++) {
+    char name[16];
+    snprintf(name, sizeof name, "blk%d", p);
+    gcc_jit_type *at = gcc_jit_context_new_array_type(
+      j->ctx, NULL, ty(g, k->buf[k->pass[p].out].dtype), MAP_BLOCK);
+    tmp[p] = gcc_jit_function_new_local(j->fn, NULL, at, name);
+  }
+  loop lb, l1, l2;
+  gcc_jit_rvalue *bs = loop_begin(g, &lb, "bs", "map.blocks", I64(g, 0), len,
+                                  MAP_BLOCK);
+  gcc_jit_rvalue *rest = jb_bin(j, GCC_JIT_BINARY_OP_MINUS, len, bs);
+  gcc_jit_rvalue *blen = jb_let(
+    j, "blen", j->t->i64,
+    jb_sel(j, j->t->i64,
+           jb_cmp(j, GCC_JIT_COMPARISON_GT, rest, I64(g, MAP_BLOCK)),
+           I64(g, MAP_BLOCK), rest));
+  gcc_jit_rvalue *i = loop_begin(g, &l1, "i", "map", I64(g, 0), blen, 1);
+  g->at = jb_bin(j, GCC_JIT_BINARY_OP_PLUS, bs, i);
+  int prev = scope_push(g);
+  for (int p = 0; p < k->npasses; p++) {
+    const kir_pass *ps = &k->pass[p];
+    gcc_jit_rvalue *x = convert(g, value(g, ps->value),
+                                k->ins[ps->value].dtype,
+                                k->buf[ps->out].dtype);
+    jb_assign(j, gcc_jit_context_new_array_access(
+                   j->ctx, NULL, gcc_jit_lvalue_as_rvalue(tmp[p]), i), x);
+  }
+  scope_pop(g, prev);
+  loop_end(g, &l1);
+  gcc_jit_rvalue *i2 = loop_begin(g, &l2, "i2", "map.store", I64(g, 0),
+                                  blen, 1);
+  g->at = jb_bin(j, GCC_JIT_BINARY_OP_PLUS, bs, i2);
+  for (int p = 0; p < k->npasses; p++)
+    jb_assign(j, elem(g, k->pass[p].out),
+              gcc_jit_lvalue_as_rvalue(gcc_jit_context_new_array_access(
+                j->ctx, NULL, gcc_jit_lvalue_as_rvalue(tmp[p]), i2)));
+  g->at = NULL;
+  loop_end(g, &l2);
+  loop_end(g, &lb);
+}
+
 static void emit_map(cg *g)
 {
   const kir_kernel *k = g->k;
@@ -837,16 +891,20 @@ static void emit_map(cg *g)
                                        curr));
   len = jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_GT, len, left),
                left, len);
-  loop li;
   g->axis = last;
-  gcc_jit_rvalue *i = loop_begin(g, &li, "i", "map", I64(g, 0), len, 1);
-  g->at = i;
-  int prev = scope_push(g);
-  for (int p = 0; p < k->npasses; p++)
-    store(g, k->pass[p].out, k->pass[p].value);
-  scope_pop(g, prev);
-  g->at = NULL;
-  loop_end(g, &li);
+  if (k->inplace)
+    map_blocked(g, len);
+  else {
+    loop li;
+    gcc_jit_rvalue *i = loop_begin(g, &li, "i", "map", I64(g, 0), len, 1);
+    g->at = i;
+    int prev = scope_push(g);
+    for (int p = 0; p < k->npasses; p++)
+      store(g, k->pass[p].out, k->pass[p].value);
+    scope_pop(g, prev);
+    g->at = NULL;
+    loop_end(g, &li);
+  }
   gcc_jit_block_add_assignment_op(j->b, NULL, cur, GCC_JIT_BINARY_OP_PLUS,
                                   len);
   gcc_jit_block_add_assignment_op(j->b, NULL, idx[last],
