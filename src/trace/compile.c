@@ -4,11 +4,14 @@
 ** kernels after the guard check. Any failure leaves the region eager, with
 ** one log line (principle 5).
 */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "trace_int.h"
+#include "../cache/store.h"
 #include "../fuse/fuse.h"
 #include "../jit_cpu/jit_cpu.h"
 
@@ -102,20 +105,21 @@ static int graph_of(const trace_region *r, graph_buf *gb)
   return 0;
 }
 
-/* -- Compiling ---------------------------------------------------------------- */
+/* -- Kernels: in memory, on disk, or compiled ------------------------------
+** Every kernel is known by its key (store.h): the canonical IR text,
+** backend, target and compiler. One process-wide table maps keys to loaded
+** kernels, so equal kernels of different regions compile once; the disk
+** store makes a second process load instead of compiling (principle 7). */
 
-typedef struct {
-  fuse_plan *plan;   /* owned; steps own their compiled kernels */
-} trace_plan;
+typedef struct kentry {
+  char key[STORE_KEY_LEN + 1];
+  jcpu_kernel *jk;              /* owned */
+  struct kentry *next;
+} kentry;
 
-static void compiled_free(void *c) { jcpu_free(c); }
-
-static void plan_free(void *p)
-{
-  trace_plan *tp = p;
-  fuse_plan_free(tp->plan);
-  free(tp);
-}
+static pthread_mutex_t ktab_lock = PTHREAD_MUTEX_INITIALIZER;
+static kentry *ktab[256];
+static bool store_tried, store_warned;
 
 static double now_ms(void)
 {
@@ -124,62 +128,360 @@ static double now_ms(void)
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int compile_region(const trace_region *r, bool dynamic, void **plan,
-                          void (**pfree)(void *), char *reason, size_t rlen)
+static void store_lazy_open(void)
 {
-  graph_buf gb;
-  if (graph_of(r, &gb) < 0) {
-    graph_free(&gb);
-    snprintf(reason, rlen, "an output or input of the region has no place "
-             "in it");
+  if (store_tried)
+    return;
+  store_tried = true;
+  char why[256];
+  if (store_open(NULL, why, sizeof why) < 0 && tensor_log_on(TC_LOG_CACHE))
+    tensor_log(TC_LOG_CACHE, "disk store off, kernels stay in memory: %s",
+               why);
+}
+
+static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
+                      const char *source, const char *guards, double ms)
+{
+  memset(m, 0, sizeof *m);
+  snprintf(m->backend, sizeof m->backend, "cpu");
+  snprintf(m->target, sizeof m->target, "%s", jcpu_target());
+  snprintf(m->compiler, sizeof m->compiler, "%s", jcpu_compiler_version());
+  snprintf(m->codegen, sizeof m->codegen, "%s", STORE_CODEGEN_VERSION);
+  snprintf(m->kind, sizeof m->kind, "%s%s",
+           k->kind == KIR_MAP ? "map" : "rows", k->dynamic ? " dyn" : "");
+  int n = 0;
+  n += snprintf(m->shape + n, sizeof m->shape - (size_t)n, "[");
+  for (int d = 0; d < k->ndim && n < (int)sizeof m->shape - 24; d++)
+    n += snprintf(m->shape + n, sizeof m->shape - (size_t)n, "%s%lld",
+                  d ? "," : "", (long long)k->size[d]);
+  n += snprintf(m->shape + n, sizeof m->shape - (size_t)n, "]");
+  if (k->kind == KIR_ROWS && n < (int)sizeof m->shape - 24)
+    snprintf(m->shape + n, sizeof m->shape - (size_t)n, " row %lld",
+             (long long)k->row_len);
+  m->instrs = k->ninstrs;
+  m->compile_ms = ms;
+  m->ir = (char *)ir;
+  m->source = (char *)source;
+  m->guards = (char *)guards;
+}
+
+/* The compiled kernel for k: from this process's table, the disk store,
+** or a fresh compile (then entered in both). NULL with reason on failure. */
+static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
+                               char *reason, size_t rlen)
+{
+  char *ir = kir_text(k);
+  if (!ir) {
+    snprintf(reason, rlen, "out of memory");
+    return NULL;
+  }
+  char key[STORE_KEY_LEN + 1];
+  store_key(ir, "cpu", jcpu_target(), jcpu_compiler_version(), key);
+  unsigned b = (unsigned)strtoul((char[]){ key[0], key[1], 0 }, NULL, 16);
+  pthread_mutex_lock(&ktab_lock);
+  jcpu_kernel *jk = NULL;
+  for (kentry *e = ktab[b]; e && !jk; e = e->next)
+    if (strcmp(e->key, key) == 0)
+      jk = e->jk;
+  if (jk)
+    goto out;
+  store_lazy_open();
+  char path[4096];
+  store_meta m;
+  if (store_is_open() && store_get(key, &m, path, sizeof path) == 0) {
+    char why[256];
+    if (jcpu_load(k, path, &jk, why, sizeof why) == JCPU_OK) {
+      eager_count(ST_KERNELS_LOADED);
+      if (tensor_log_on(TC_LOG_CACHE))
+        tensor_log(TC_LOG_CACHE, "kernel %.12s loaded from disk", key);
+    } else if (tensor_log_on(TC_LOG_CACHE)) {
+      tensor_log(TC_LOG_CACHE, "kernel %.12s: cannot load (%s), compiling",
+                 key, why);
+    }
+    store_meta_free(&m);
+  }
+  if (!jk) {
+    double t0 = now_ms();
+    jcpu_status rc;
+    bool to_disk = store_is_open() &&
+                   store_tmp_path(key, path, sizeof path) == 0;
+    rc = to_disk ? jcpu_compile_to_file(k, path, &jk, reason, rlen)
+                 : jcpu_compile(k, &jk, reason, rlen);
+    double ms = now_ms() - t0;
+    eager_add_compile_ms(ms);
+    if (rc != JCPU_OK) {
+      if (to_disk)
+        unlink(path);
+      jk = NULL;
+      goto out;
+    }
+    eager_count(ST_KERNELS_COMPILED);
+    if (tensor_log_on(TC_LOG_COMPILE))
+      tensor_log(TC_LOG_COMPILE, "kernel %.12s: %.1f ms (%s, %s, %d "
+                 "instructions)", key, ms, jcpu_target(),
+                 k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
+    if (to_disk) {
+      meta_fill(&m, k, ir, jcpu_source(jk), guards, ms);
+      if (store_put(key, path, &m) < 0) {
+        unlink(path);
+        if (!store_warned)   /* principle 5: one line, even unasked */
+          tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s); "
+                     "kernels stay in memory", store_root());
+        store_warned = true;
+      }
+    }
+    if (debug_on()) {
+      fprintf(stderr, "tc[debug]: kernel %s IR:\n%s", key, ir);
+      jcpu_dump_source(jk, stderr);
+    }
+  }
+  kentry *e = malloc(sizeof *e);
+  if (e) {
+    memcpy(e->key, key, sizeof e->key);
+    e->jk = jk;
+    e->next = ktab[b];
+    ktab[b] = e;
+  }
+out:
+  pthread_mutex_unlock(&ktab_lock);
+  free(ir);
+  return jk;
+}
+
+/* Free every kernel at exit, so leak checkers see only real leaks. */
+__attribute__((destructor)) static void kernels_free(void)
+{
+  for (int b = 0; b < 256; b++)
+    while (ktab[b]) {
+      kentry *e = ktab[b];
+      ktab[b] = e->next;
+      jcpu_free(e->jk);
+      free(e);
+    }
+}
+
+/* -- Compiling a region ----------------------------------------------------- */
+
+typedef struct {
+  fuse_plan *plan;   /* owned; its kernels belong to the kernel table */
+} trace_plan;
+
+static void plan_free(void *p)
+{
+  trace_plan *tp = p;
+  if (tp)
+    fuse_plan_free(tp->plan);
+  free(tp);
+}
+
+static char *guards_text(const trace_region *r, bool dynamic)
+{
+  guard_set *g = guard_build(r->ninputs, (const tc_tensor *const *)r->inputs,
+                             dynamic);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = g ? open_memstream(&buf, &len) : NULL;
+  if (f) {
+    guard_dump(g, f);
+    fclose(f);
+  }
+  guard_free(g);
+  return buf;
+}
+
+/* Compile every kernel of plan fp; 0 or -1 with reason. */
+static int plan_compile(fuse_plan *fp, const char *guards, char *reason,
+                        size_t rlen)
+{
+  for (int s = 0; s < fp->nsteps; s++) {
+    fuse_step *st = &fp->steps[s];
+    if (st->kind == FSTEP_KERNEL &&
+        !(st->compiled = kernel_get(st->k, guards, reason, rlen)))
+      return -1;
+  }
+  return 0;
+}
+
+/* Background compiles (TC_ASYNC, default on): a hot region keeps running
+** eagerly while a worker compiles its kernels; the plan is published under
+** the region table's lock when done. */
+typedef struct job {
+  cache_entry *e;            /* borrowed: the table outlives jobs */
+  fuse_plan *plan;           /* owned until published */
+  char *guards;              /* owned */
+  uint64_t hash;
+  struct job *next;
+} job;
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond, idle;
+  job *head, *tail;
+  int busy;
+  bool started, stopping;
+} q = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+        .idle = PTHREAD_COND_INITIALIZER };
+
+static void publish(cache_entry *e, fuse_plan *fp, int rc, const char *why,
+                    uint64_t hash)
+{
+  trace_plan *tp = rc == 0 ? malloc(sizeof *tp) : NULL;
+  if (rc == 0 && !tp) {
+    rc = -1;
+    why = "out of memory";
+  }
+  trace_table_lock();
+  if (rc == 0) {
+    tp->plan = fp;
+    e->plan = tp;
+    e->plan_free = plan_free;
+    e->state = CACHE_COMPILED;
+  } else {
+    fuse_plan_free(fp);
+    e->state = CACHE_FAILED;
+    eager_count(ST_COMPILE_FAILURES);
+  }
+  trace_table_unlock();
+  if (rc != 0)   /* principle 5: one line, even unasked */
+    tensor_log(TC_LOG_FALLBACK, "region %016llx: compile failed, running "
+               "eagerly: %s", (unsigned long long)hash, why);
+}
+
+static void *worker(void *arg)
+{
+  (void)arg;
+  pthread_mutex_lock(&q.lock);
+  for (;;) {
+    while (!q.head)
+      pthread_cond_wait(&q.cond, &q.lock);
+    job *j = q.head;
+    q.head = j->next;
+    if (!q.head)
+      q.tail = NULL;
+    q.busy++;
+    pthread_mutex_unlock(&q.lock);
+    char reason[256] = "";
+    int rc = plan_compile(j->plan, j->guards, reason, sizeof reason);
+    publish(j->e, j->plan, rc, reason, j->hash);
+    free(j->guards);
+    free(j);
+    pthread_mutex_lock(&q.lock);
+    q.busy--;
+    if (!q.head && !q.busy)
+      pthread_cond_broadcast(&q.idle);
+  }
+  return NULL;
+}
+
+void trace_compile_wait(void)
+{
+  pthread_mutex_lock(&q.lock);
+  while (q.head || q.busy)
+    pthread_cond_wait(&q.idle, &q.lock);
+  pthread_mutex_unlock(&q.lock);
+}
+
+/* At exit (before any library is finalized): drop queued compiles and let
+** the one in flight finish, so no thread is inside libgccjit while the
+** process tears it down. */
+static void compile_stop(void)
+{
+  pthread_mutex_lock(&q.lock);
+  q.stopping = true;
+  while (q.head) {
+    job *j = q.head;
+    q.head = j->next;
+    fuse_plan_free(j->plan);
+    free(j->guards);
+    free(j);
+  }
+  q.tail = NULL;
+  while (q.busy)
+    pthread_cond_wait(&q.idle, &q.lock);
+  pthread_mutex_unlock(&q.lock);
+}
+
+static bool async_on(void)
+{
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("TC_ASYNC");
+    on = !(v && strcmp(v, "0") == 0);
+  }
+  return on;
+}
+
+static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash)
+{
+  job *j = malloc(sizeof *j);
+  if (!j)
+    return -1;
+  *j = (job){ e, fp, guards, hash, NULL };
+  pthread_mutex_lock(&q.lock);
+  if (q.stopping) {
+    pthread_mutex_unlock(&q.lock);
+    free(j);
     return -1;
   }
-  fuse_plan *fp = fuse_build(&gb.g, dynamic, reason, rlen);
+  if (!q.started) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, worker, NULL) != 0) {
+      pthread_mutex_unlock(&q.lock);
+      free(j);
+      return -1;
+    }
+    pthread_detach(t);
+    q.started = true;
+  }
+  if (q.tail)
+    q.tail->next = j;
+  else
+    q.head = j;
+  q.tail = j;
+  pthread_cond_signal(&q.cond);
+  pthread_mutex_unlock(&q.lock);
+  return 0;
+}
+
+/* The compile hook (called with the table unlocked): fuse now (fast),
+** compile now or in the background. */
+static void compile_region(const trace_region *r, cache_entry *e)
+{
+  bool dynamic = e->guards->dynamic;
+  char reason[256] = "";
+  graph_buf gb;
+  fuse_plan *fp = NULL;
+  if (graph_of(r, &gb) < 0)
+    snprintf(reason, sizeof reason, "an output or input of the region has "
+             "no place in it");
+  else
+    fp = fuse_build(&gb.g, dynamic, reason, sizeof reason);
   graph_free(&gb);
-  if (!fp)
-    return -1;
-  fp->compiled_free = compiled_free;
+  if (!fp) {
+    publish(e, NULL, -1, reason, r->hash);
+    return;
+  }
   if (tensor_log_on(TC_LOG_FUSION))
     tensor_log(TC_LOG_FUSION, "region %016llx: %d nodes -> %d kernels, %d "
                "steps%s", (unsigned long long)r->hash, r->nnodes,
                fuse_plan_kernels(fp), fp->nsteps,
                dynamic ? " (shape-dynamic)" : "");
-  for (int s = 0; s < fp->nsteps; s++) {
-    fuse_step *st = &fp->steps[s];
-    if (st->kind != FSTEP_KERNEL)
-      continue;
-    jcpu_kernel *jk = NULL;
-    double t0 = now_ms();
-    jcpu_status rc = jcpu_compile(st->k, &jk, reason, rlen);
-    double ms = now_ms() - t0;
-    eager_add_compile_ms(ms);
-    if (rc != JCPU_OK) {
-      fuse_plan_free(fp);
-      return -1;
-    }
-    eager_count(ST_KERNELS_COMPILED);
-    st->compiled = jk;
-    if (tensor_log_on(TC_LOG_COMPILE))
-      tensor_log(TC_LOG_COMPILE, "region %016llx kernel %d: %.1f ms (%s, "
-                 "%d instructions)", (unsigned long long)r->hash, s, ms,
-                 jcpu_target(), st->k->ninstrs);
-    if (debug_on()) {
-      fprintf(stderr, "tc[debug]: region %016llx step %d IR:\n",
-              (unsigned long long)r->hash, s);
-      kir_print(st->k, stderr);
-      jcpu_dump_source(jk, stderr);
-    }
+  if (debug_on())
+    fuse_plan_dump(fp, stderr);
+  char *guards = guards_text(r, dynamic);
+  /* The first compile runs inline: libgccjit registers its exit-time
+  ** destructors on first use, and compile_stop must be registered after
+  ** them (so it runs before them) to keep exit from racing a compile. */
+  static bool warm;
+  if (warm && async_on() && enqueue(e, fp, guards, r->hash) == 0)
+    return;   /* the worker owns fp and guards now */
+  int rc = plan_compile(fp, guards, reason, sizeof reason);
+  free(guards);
+  publish(e, fp, rc, reason, r->hash);
+  if (!warm && rc == 0) {
+    warm = true;
+    atexit(compile_stop);
   }
-  trace_plan *tp = malloc(sizeof *tp);
-  if (!tp) {
-    fuse_plan_free(fp);
-    snprintf(reason, rlen, "out of memory");
-    return -1;
-  }
-  tp->plan = fp;
-  *plan = tp;
-  *pfree = plan_free;
-  return 0;
 }
 
 /* -- Running ------------------------------------------------------------------ */

@@ -445,10 +445,12 @@ static void log_guard_failure(cache_struct *s, const trace_region *r)
            s->want_dynamic ? ", shape-dynamic" : "");
 }
 
-/* Find or make the entry for r; compile it when it just became hot. */
-static cache_entry *lookup(const trace_region *r)
+/* Find or make the entry for r (table locked); *hot says it just became
+** hot and should be compiled now. */
+static cache_entry *lookup(const trace_region *r, bool *hot)
 {
   const tc_tensor *const *ins = (const tc_tensor *const *)r->inputs;
+  *hot = false;
   cache_struct *s = cache_struct_get(r->hash);
   if (!s)
     return NULL;
@@ -474,21 +476,16 @@ static cache_entry *lookup(const trace_region *r)
              (unsigned long long)e->hits, r->nnodes, r->ninputs,
              r->noutputs);
     if (compile_hook) {
-      char reason[256] = "";
       e->state = CACHE_COMPILING;
-      if (compile_hook(r, e->guards->dynamic, &e->plan, &e->plan_free,
-                       reason, sizeof reason) == 0) {
-        e->state = CACHE_COMPILED;
-      } else {
-        e->state = CACHE_FAILED;
-        eager_count(ST_COMPILE_FAILURES);
-        tensor_log(TC_LOG_FALLBACK, "region %016llx: compile failed, running "
-               "eagerly: %s", (unsigned long long)r->hash, reason);
-      }
+      *hot = true;
     }
   }
   return e;
 }
+
+void trace_table_lock(void) { pthread_mutex_lock(&table_lock); }
+
+void trace_table_unlock(void) { pthread_mutex_unlock(&table_lock); }
 
 /* -- Realization ---------------------------------------------------------- */
 
@@ -534,13 +531,19 @@ static int realize(reqs *q)
   eager_tls_keys saved = eager_tls_get();
   eager_tls_set((eager_tls_keys){ saved.include,
                                   saved.exclude | TC_KEYSET(TC_KEY_TRACE) });
+  bool hot;
   pthread_mutex_lock(&table_lock);
-  cache_entry *e = lookup(r);
+  cache_entry *e = lookup(r, &hot);
+  pthread_mutex_unlock(&table_lock);
+  if (hot)
+    compile_hook(r, e);
+  pthread_mutex_lock(&table_lock);
+  void *plan = e && e->state == CACHE_COMPILED ? e->plan : NULL;
   pthread_mutex_unlock(&table_lock);
   eager_count(ST_REGIONS);
   int rc = -1;
-  if (e && e->state == CACHE_COMPILED && run_hook) {
-    rc = run_hook(e->plan, r);
+  if (plan && run_hook) {
+    rc = run_hook(plan, r);
     if (rc == 0) {
       e->runs_compiled++;
       eager_count(ST_REGIONS_COMPILED);

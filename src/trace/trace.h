@@ -67,16 +67,23 @@ typedef struct {
                                 outputs) */
 } trace_region;
 
-/* The compile hook: make a plan for a hot region (the fuser fills it in).
-** Returns 0 with *plan set, or -1 with reason written (the region is then
-** marked failed and runs eagerly for good). */
-typedef int (*trace_compile_fn)(const trace_region *r, bool dynamic,
-                                void **plan, void (**plan_free)(void *),
-                                char *reason, size_t rlen);
+/* The compile hook, called (table unlocked) once a region is hot, its entry
+** in state CACHE_COMPILING. It makes a plan and publishes it under the
+** table lock (trace_table_lock): e->plan, e->plan_free and state COMPILED,
+** or state FAILED with one log line; at once or later, from another thread
+** (TC_ASYNC). Until then the region runs eagerly. */
+typedef void (*trace_compile_fn)(const trace_region *r, cache_entry *e);
 /* Run a plan: write every output's value into r->result[i] (new
 ** references) or, for write-backs, into r->dest[i]. 0 or -1. */
 typedef int (*trace_run_fn)(void *plan, trace_region *r);
 void trace_set_compiler(trace_compile_fn compile, trace_run_fn run);
+void trace_table_lock(void);
+void trace_table_unlock(void);
+/* Install fusion + the CPU JIT as the compile hook (done by trace_init,
+** unless TC_JIT=0). */
+void trace_compile_register(void);
+/* Wait until no background compile is queued or running. */
+void trace_compile_wait(void);
 
 /* Registered at load; also callable (idempotent). */
 void trace_init(void);

@@ -50,8 +50,6 @@ void trace_held_remove(trace_node *n);
 trace_pending *trace_pending_find(const tc_tensor *t);
 int trace_pending_set(tc_tensor *dst, trace_node *n);
 
-/* Install compile.c's hook (unless TC_JIT=0). */
-void trace_compile_register(void);
 
 /* Realization (region.c). Each returns 0 or -1 with the error set. */
 int trace_realize_tensor(tc_tensor *t);

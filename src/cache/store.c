@@ -1,0 +1,1146 @@
+/*
+** store.c -- the on-disk kernel store (store.h): content-named artifacts,
+** one .meta per key, every write a temp file renamed into place, and every
+** read checked (ownership, permissions, size, checksum) before use.
+*/
+#define XXH_STATIC_LINKING_ONLY
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "store.h"
+#include "../tensor/tensor.h"
+
+#define META_MAX (16u << 20)  /* a bigger .meta is not one of ours */
+#define GRACE_S 60            /* orphans/temps younger than this may be a
+                                 put in flight in another process */
+
+/* Recursive: put calls prune, and store_each callbacks may call back in. */
+static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static char v1[PATH_MAX];     /* "<root>/v1"; empty when closed */
+
+/* -- Small helpers --------------------------------------------------------- */
+
+/* One TC_LOG=cache line (gated like every other category). */
+static void logc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logc(const char *fmt, ...)
+{
+  if (!tensor_log_on(TC_LOG_CACHE))
+    return;
+  char line[480];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  tensor_log(TC_LOG_CACHE, "%s", line);
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+      return false;
+  return s[n] == '\0';
+}
+
+static void hex128(XXH128_hash_t h, char out[STORE_KEY_LEN + 1])
+{
+  snprintf(out, STORE_KEY_LEN + 1, "%016" PRIx64 "%016" PRIx64,
+           (uint64_t)h.high64, (uint64_t)h.low64);
+}
+
+/* Ours and not writable by anyone else: the only files we trust. */
+static bool safe(const struct stat *st)
+{
+  return st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+  return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* Format into buf; -1 when it does not fit (a cut path is a wrong path). */
+static int fmt(char *buf, size_t len, const char *f, ...)
+  __attribute__((format(printf, 3, 4)));
+static int fmt(char *buf, size_t len, const char *f, ...)
+{
+  va_list ap;
+  va_start(ap, f);
+  int n = vsnprintf(buf, len, f, ap);
+  va_end(ap);
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* mkdir -p with mode 0700 for every directory it creates. */
+static int mkdirs(const char *path)
+{
+  char p[PATH_MAX];
+  if (fmt(p, sizeof p, "%s", path) < 0)
+    return -1;
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = '\0';
+      if (mkdir(p, 0700) < 0 && errno != EEXIST)
+        return -1;
+      *s = '/';
+    }
+  return mkdir(p, 0700) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* "<v1>/<kk>" for a well-formed key; -1 otherwise (keys name files, so a
+** malformed one must never reach a path). */
+static int key_dir(const char *key, char *dir, size_t len)
+{
+  if (!key || !is_hex(key, STORE_KEY_LEN) || !v1[0])
+    return -1;
+  return fmt(dir, len, "%s/%.2s", v1, key);
+}
+
+/* The key's directory, created if needed, and safe to use. */
+static int key_dir_make(const char *key, char *dir, size_t len)
+{
+  struct stat st;
+  if (key_dir(key, dir, len) < 0)
+    return -1;
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return -1;
+  if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || !safe(&st)) {
+    logc("%s: not a private directory; not used", dir);
+    return -1;
+  }
+  return 0;
+}
+
+/* Create a fresh temp file in dir (O_EXCL, 0600): names are unique across
+** processes (pid), threads (counter) and pid reuse (random). */
+static int tmp_open(const char *dir, char *path, size_t len)
+{
+  static unsigned counter;
+  for (int tries = 0; tries < 16; tries++) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = (uint64_t)clock() ^ ((uint64_t)time(NULL) << 20);
+    unsigned c = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+    if (fmt(path, len, "%s/.tmp-%ld-%u-%016" PRIx64, dir, (long)getpid(), c,
+            r) < 0)
+      return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
+    if (fd >= 0 || errno != EEXIST)
+      return fd;
+  }
+  return -1;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Write data to dest through a temp file in dir + rename(2): readers see
+** the old file or the new one, never a part. No temp survives a failure. */
+static int write_atomic(const char *dir, const char *dest, const char *data,
+                        size_t n)
+{
+  char tmp[PATH_MAX];
+  int fd = tmp_open(dir, tmp, sizeof tmp);
+  if (fd < 0)
+    return -1;
+  int rc = write_all(fd, data, n);
+  if (close(fd) < 0)
+    rc = -1;
+  if (rc == 0 && rename(tmp, dest) < 0)
+    rc = -1;
+  if (rc < 0)
+    unlink(tmp);
+  return rc;
+}
+
+/* xxh3-128 and length of everything fd holds from its current offset. */
+static int hash_fd(int fd, uint64_t *bytes, char sum[STORE_KEY_LEN + 1])
+{
+  XXH3_state_t *s = XXH3_createState();
+  if (!s)
+    return -1;
+  XXH3_128bits_reset(s);
+  char buf[1 << 16];
+  uint64_t total = 0;
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) != 0) {
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      XXH3_freeState(s);
+      return -1;
+    }
+    XXH3_128bits_update(s, buf, (size_t)r);
+    total += (uint64_t)r;
+  }
+  hex128(XXH3_128bits_digest(s), sum);
+  XXH3_freeState(s);
+  *bytes = total;
+  return 0;
+}
+
+/* Remove path, but only if it is still the file we judged (st): another
+** process may have renamed a fresh entry over it since. The file is moved
+** aside atomically first; a newer one moved aside by mistake goes back
+** unless yet another has arrived meanwhile. */
+static void remove_if_same(const char *dir, const char *path,
+                           const struct stat *st)
+{
+  char aside[PATH_MAX];
+  int fd = tmp_open(dir, aside, sizeof aside);
+  if (fd < 0) {
+    unlink(path);
+    return;
+  }
+  close(fd);
+  struct stat now;
+  if (rename(path, aside) < 0 || lstat(aside, &now) < 0 ||
+      same_file(&now, st) ||
+      renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) < 0)
+    unlink(aside);
+}
+
+/* -- Keys and metadata ----------------------------------------------------- */
+
+void store_key(const char *ir_text, const char *backend, const char *target,
+               const char *compiler, char key[STORE_KEY_LEN + 1])
+{
+  /* Each part ends with a NUL, which no part contains: ("ab","c") and
+  ** ("a","bc") hash different byte strings. */
+  const char *part[] = { ir_text, backend, target, compiler,
+                         STORE_CODEGEN_VERSION };
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);
+  XXH3_128bits_reset(&st);
+  for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+    const char *p = part[i] ? part[i] : "";
+    XXH3_128bits_update(&st, p, strlen(p) + 1);
+  }
+  hex128(XXH3_128bits_digest(&st), key);
+}
+
+void store_meta_free(store_meta *m)
+{
+  if (!m)
+    return;
+  free(m->ir);
+  free(m->source);
+  free(m->guards);
+  m->ir = m->source = m->guards = NULL;
+}
+
+/* ORDER META_FIELDS: meta_format and meta_field write/read the same names. */
+static char *meta_format(const store_meta *m, size_t *n)
+{
+  char *buf = NULL;
+  FILE *f = open_memstream(&buf, n);
+  if (!f)
+    return NULL;
+  /* A value is one line: a stray newline in one would end the header. */
+#define STR(name)                                                          \
+  do {                                                                     \
+    fputs(#name ": ", f);                                                  \
+    for (const char *p = m->name; *p; p++)                                 \
+      fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);                       \
+    fputc('\n', f);                                                        \
+  } while (0)
+  STR(key); STR(artifact); STR(checksum);
+  fprintf(f, "bytes: %" PRIu64 "\n", m->bytes);
+  STR(backend); STR(target); STR(compiler); STR(codegen); STR(kind);
+  STR(shape);
+#undef STR
+  fprintf(f, "instrs: %d\ncompile_ms: %.3f\ncreated: %" PRId64 "\n"
+          "last_used: %" PRId64 "\nhits: %" PRIu64 "\n\n", m->instrs,
+          m->compile_ms, m->created, m->last_used, m->hits);
+  /* Each section's text gets one newline added, which the parser strips,
+  ** so any text (with or without a final newline) reads back exactly. */
+  const char *sec[] = { "ir", "source", "guards" };
+  const char *txt[] = { m->ir, m->source, m->guards };
+  for (int i = 0; i < 3; i++)
+    if (txt[i])
+      fprintf(f, "--- %s ---\n%s\n", sec[i], txt[i]);
+  if (fclose(f) != 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+static int num_u64(const char *v, uint64_t *out)
+{
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || end == v || *end || *v == '-')
+    return -1;
+  *out = x;
+  return 0;
+}
+
+/* One "name: value" header line into m; -1 when the value is malformed. */
+static int meta_field(store_meta *m, const char *name, const char *v)
+{
+#define STR(f)                                                             \
+  if (strcmp(name, #f) == 0) {                                             \
+    snprintf(m->f, sizeof m->f, "%s", v);                                  \
+    return 0;                                                              \
+  }
+  STR(backend) STR(target) STR(compiler) STR(codegen) STR(kind) STR(shape)
+#undef STR
+  if (strcmp(name, "key") == 0 || strcmp(name, "checksum") == 0) {
+    if (!is_hex(v, STORE_KEY_LEN))
+      return -1;
+    memcpy(name[0] == 'k' ? m->key : m->checksum, v, STORE_KEY_LEN + 1);
+  } else if (strcmp(name, "artifact") == 0) {
+    if (fmt(m->artifact, sizeof m->artifact, "%s", v) < 0)
+      return -1;
+  } else if (strcmp(name, "bytes") == 0 || strcmp(name, "hits") == 0) {
+    if (num_u64(v, name[0] == 'b' ? &m->bytes : &m->hits) < 0)
+      return -1;
+  } else if (strcmp(name, "instrs") == 0 || strcmp(name, "created") == 0 ||
+             strcmp(name, "last_used") == 0) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end)
+      return -1;
+    if (name[0] == 'i')
+      m->instrs = x > INT_MAX || x < 0 ? -1 : (int)x;
+    else
+      *(name[0] == 'c' ? &m->created : &m->last_used) = x;
+  } else if (strcmp(name, "compile_ms") == 0) {
+    char *end;
+    m->compile_ms = strtod(v, &end);
+    if (end == v || *end)
+      return -1;
+  }
+  return 0;                    /* unknown names: a newer writer's; ignored */
+}
+
+/* Parse a whole .meta (text is modified). -1 unless it is well formed and
+** names the one artifact its key and checksum allow. */
+static int meta_parse(char *text, store_meta *m)
+{
+  memset(m, 0, sizeof *m);
+  bool seen_bytes = false;
+  char *line = text, *nl;
+  for (; (nl = strchr(line, '\n')) && nl != line; line = nl + 1) {
+    *nl = '\0';
+    char *colon = strstr(line, ": ");
+    if (!colon)
+      return -1;
+    *colon = '\0';
+    if (meta_field(m, line, colon + 2) < 0)
+      return -1;
+    seen_bytes |= strcmp(line, "bytes") == 0;
+  }
+  if (!nl || !m->key[0] || !m->checksum[0] || !seen_bytes)
+    return -1;
+  /* The artifact name is derived, never trusted: no "../" can get in. */
+  char want[sizeof m->artifact];
+  snprintf(want, sizeof want, "%s-%s.so", m->key, m->checksum);
+  if (strcmp(want, m->artifact) != 0)
+    return -1;
+  /* Sections: the three known marker lines; anything else is content. */
+  static const char *const mark[] = { "--- ir ---\n", "--- source ---\n",
+                                      "--- guards ---\n" };
+  char **dst[] = { &m->ir, &m->source, &m->guards };
+  char *p = nl + 1;
+  int cur = -1;
+  char *start = NULL;
+  for (;;) {
+    int hit = -1;
+    for (int i = 0; i < 3; i++)
+      if (strncmp(p, mark[i], strlen(mark[i])) == 0)
+        hit = i;
+    if (hit >= 0 || !*p) {
+      if (cur >= 0) {
+        size_t n = (size_t)(p - start);
+        if (n > 0 && start[n - 1] == '\n')
+          n--;                 /* the newline meta_format added */
+        free(*dst[cur]);
+        if (!(*dst[cur] = strndup(start, n)))
+          return -1;
+      } else if (p != nl + 1) {
+        return -1;             /* text before the first section */
+      }
+      if (!*p)
+        return 0;
+      cur = hit;
+      p += strlen(mark[hit]);
+      start = p;
+      continue;
+    }
+    char *e = strchr(p, '\n');
+    p = e ? e + 1 : p + strlen(p);
+  }
+}
+
+typedef enum { M_OK, M_ABSENT, M_BAD, M_UNSAFE } meta_status;
+
+/* Read and parse the .meta at path; *st gets the file it read. */
+static meta_status meta_load(const char *path, store_meta *m, struct stat *st)
+{
+  memset(m, 0, sizeof *m);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return errno == ENOENT ? M_ABSENT : errno == ELOOP ? M_UNSAFE : M_BAD;
+  meta_status rc = M_BAD;
+  char *buf = NULL;
+  if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))
+    goto out;
+  if (!safe(st)) {
+    rc = M_UNSAFE;
+    goto out;
+  }
+  if ((uint64_t)st->st_size > META_MAX ||
+      !(buf = malloc((size_t)st->st_size + 1)))
+    goto out;
+  size_t n = 0;
+  for (ssize_t r; n < (size_t)st->st_size; n += (size_t)r)
+    if ((r = read(fd, buf + n, (size_t)st->st_size - n)) <= 0)
+      goto out;
+  buf[n] = '\0';
+  if (strlen(buf) == n && meta_parse(buf, m) == 0)
+    rc = M_OK;
+  else
+    store_meta_free(m);
+out:
+  free(buf);
+  close(fd);
+  return rc;
+}
+
+/* -- Checking an entry ----------------------------------------------------- */
+
+typedef enum {
+  E_OK,        /* meta and artifact verified */
+  E_ABSENT,    /* no meta */
+  E_BADMETA,   /* meta unreadable or unparsable: remove it */
+  E_MISSING,   /* artifact gone: remove the meta */
+  E_BADART,    /* artifact ours but wrong size or checksum: remove both */
+  E_UNSAFE     /* not ours or writable by others: never load */
+} entry_status;
+
+/* Verify the entry for key in dir: meta parses and is for this key, the
+** artifact is a private regular file of the recorded size and checksum.
+** On E_OK *m is filled (caller frees); mst and ast are the meta and
+** artifact files judged, art the artifact's name ("" if the meta is bad). */
+static entry_status entry_check(const char *dir, const char *key,
+                                store_meta *m, struct stat *mst,
+                                struct stat *ast, char art[128], char *why,
+                                size_t wlen)
+{
+  char path[PATH_MAX];
+  art[0] = '\0';
+  fmt(path, sizeof path, "%s/%s.meta", dir, key);
+  switch (meta_load(path, m, mst)) {
+  case M_ABSENT: return E_ABSENT;
+  case M_UNSAFE:
+    snprintf(why, wlen, "meta not private (owner or mode)");
+    return E_UNSAFE;
+  case M_BAD:
+    snprintf(why, wlen, "meta unreadable or malformed");
+    return E_BADMETA;
+  case M_OK: break;
+  }
+  snprintf(art, 128, "%s", m->artifact);
+  entry_status rc = E_BADART;
+  if (strcmp(m->key, key) != 0) {
+    snprintf(why, wlen, "meta is for key %s", m->key);
+    rc = E_BADMETA;
+    goto bad;
+  }
+  fmt(path, sizeof path, "%s/%s", dir, m->artifact);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    int err = errno;
+    snprintf(why, wlen, "artifact %s: %s", m->artifact, strerror(err));
+    rc = err == ELOOP ? E_UNSAFE : E_MISSING;
+    goto bad;
+  }
+  uint64_t bytes = 0;
+  char sum[STORE_KEY_LEN + 1];
+  if (fstat(fd, ast) < 0 || !S_ISREG(ast->st_mode) || !safe(ast)) {
+    snprintf(why, wlen, "artifact not a private regular file");
+    rc = E_UNSAFE;
+  } else if ((uint64_t)ast->st_size != m->bytes) {
+    snprintf(why, wlen, "artifact is %lld bytes, meta says %" PRIu64,
+             (long long)ast->st_size, m->bytes);
+  } else if (hash_fd(fd, &bytes, sum) < 0 || bytes != m->bytes) {
+    snprintf(why, wlen, "artifact unreadable");
+  } else if (strcmp(sum, m->checksum) != 0) {
+    snprintf(why, wlen, "artifact checksum %s, meta says %s", sum,
+             m->checksum);
+  } else {
+    rc = E_OK;
+  }
+  close(fd);
+  if (rc == E_OK)
+    return rc;
+bad:
+  store_meta_free(m);
+  return rc;
+}
+
+/* Remove what a failed check condemned (see entry_status); only the very
+** files judged, since a concurrent put may have replaced either. */
+static void entry_remove(const char *dir, const char *key, entry_status rc,
+                         const struct stat *mst, const struct stat *ast,
+                         const char *artifact)
+{
+  char path[PATH_MAX];
+  fmt(path, sizeof path, "%s/%s.meta", dir, key);
+  if (rc == E_BADMETA || rc == E_MISSING || rc == E_BADART)
+    remove_if_same(dir, path, mst);
+  if (rc == E_BADART && artifact[0] &&
+      fmt(path, sizeof path, "%s/%s", dir, artifact) == 0)
+    remove_if_same(dir, path, ast);
+}
+
+/* The artifact the current meta for key names ("" if none or bad). */
+static void artifact_of(const char *dir, const char *key, char *out,
+                        size_t len)
+{
+  char path[PATH_MAX];
+  store_meta m;
+  struct stat st;
+  out[0] = '\0';
+  fmt(path, sizeof path, "%s/%s.meta", dir, key);
+  if (meta_load(path, &m, &st) == M_OK) {
+    snprintf(out, len, "%s", m.artifact);
+    store_meta_free(&m);
+  }
+}
+
+/* -- Opening the store ----------------------------------------------------- */
+
+int store_open(const char *root, char *why, size_t wlen)
+{
+  char base[PATH_MAX], dir[PATH_MAX];
+  const char *e;
+  char dummy[8];
+  if (!why) {
+    why = dummy;
+    wlen = sizeof dummy;
+  }
+  if (!root) {
+    if ((e = getenv("TC_CACHE")) && strcmp(e, "0") == 0) {
+      snprintf(why, wlen, "disabled by TC_CACHE=0");
+      return -1;
+    }
+    int r;
+    if ((e = getenv("TC_CACHE_DIR")) && *e)
+      r = fmt(base, sizeof base, "%s", e);
+    else if ((e = getenv("XDG_CACHE_HOME")) && *e == '/')
+      r = fmt(base, sizeof base, "%s/tc", e);
+    else if ((e = getenv("HOME")) && *e)
+      r = fmt(base, sizeof base, "%s/.cache/tc", e);
+    else {
+      snprintf(why, wlen, "no TC_CACHE_DIR, XDG_CACHE_HOME or HOME");
+      return -1;
+    }
+    if (r < 0) {
+      snprintf(why, wlen, "cache path too long");
+      return -1;
+    }
+    root = base;
+  }
+  struct stat st;
+  if (fmt(dir, sizeof dir, "%s/v1", root) < 0) {
+    snprintf(why, wlen, "cache path too long");
+    return -1;
+  }
+  if (mkdirs(dir) < 0) {
+    snprintf(why, wlen, "%s: cannot create: %s", dir, strerror(errno));
+    return -1;
+  }
+  if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(why, wlen, "%s: not a directory", dir);
+    return -1;
+  }
+  if (st.st_uid != geteuid()) {
+    snprintf(why, wlen, "%s: owned by uid %u, not by this user", dir,
+             (unsigned)st.st_uid);
+    return -1;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    snprintf(why, wlen, "%s: writable by group or others (mode %03o)", dir,
+             (unsigned)(st.st_mode & 0777));
+    return -1;
+  }
+  pthread_mutex_lock(&mu);
+  snprintf(v1, sizeof v1, "%s", dir);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+
+bool store_is_open(void) { return v1[0] != '\0'; }
+
+const char *store_root(void) { return v1[0] ? v1 : NULL; }
+
+void store_close(void)
+{
+  pthread_mutex_lock(&mu);
+  v1[0] = '\0';
+  pthread_mutex_unlock(&mu);
+}
+
+/* -- Kernels --------------------------------------------------------------- */
+
+int store_tmp_path(const char *key, char *path, size_t len)
+{
+  char dir[PATH_MAX];
+  pthread_mutex_lock(&mu);
+  int fd = key_dir_make(key, dir, sizeof dir) < 0
+             ? -1 : tmp_open(dir, path, len);
+  pthread_mutex_unlock(&mu);
+  if (fd < 0)
+    return -1;
+  close(fd);                   /* the name is reserved; the backend writes */
+  return 0;
+}
+
+/* Record a hit: rewrite the meta, unless another process replaced it since
+** we read it (then theirs is newer and wins). Failure is harmless. */
+static void record_hit(const char *dir, store_meta *m, const struct stat *mst)
+{
+  char path[PATH_MAX], tmp[PATH_MAX];
+  m->hits++;
+  m->last_used = (int64_t)time(NULL);
+  size_t n;
+  char *text = meta_format(m, &n);
+  int fd = text ? tmp_open(dir, tmp, sizeof tmp) : -1;
+  if (fd < 0) {
+    free(text);
+    return;
+  }
+  fmt(path, sizeof path, "%s/%s.meta", dir, m->key);
+  struct stat now;
+  bool ok = write_all(fd, text, n) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || lstat(path, &now) < 0 || !same_file(&now, mst) ||
+      rename(tmp, path) < 0)
+    unlink(tmp);
+  free(text);
+}
+
+int store_get(const char *key, store_meta *m, char *so_path, size_t len)
+{
+  char dir[PATH_MAX], why[256], art[128];
+  struct stat st, mst, ast;
+  int ret = -1;
+  if (!m || !so_path)
+    return -1;
+  memset(m, 0, sizeof *m);
+  pthread_mutex_lock(&mu);
+  if (key_dir(key, dir, sizeof dir) < 0 || lstat(dir, &st) < 0)
+    goto out;
+  if (!S_ISDIR(st.st_mode) || !safe(&st)) {
+    logc("kernel %.12s: %s is not a private directory; not loaded", key, dir);
+    goto out;
+  }
+  /* A put may replace the entry while we check it: a failure on a meta
+  ** that has since been replaced is retried on the new one. */
+  for (int attempt = 0; attempt < 3; attempt++) {
+    entry_status rc = entry_check(dir, key, m, &mst, &ast, art, why,
+                                  sizeof why);
+    if (rc == E_ABSENT)
+      goto out;
+    if (rc == E_OK) {
+      if (fmt(so_path, len, "%s/%s", dir, m->artifact) < 0) {
+        store_meta_free(m);
+        goto out;
+      }
+      record_hit(dir, m, &mst);
+      ret = 0;
+      goto out;
+    }
+    if (rc == E_UNSAFE) {
+      logc("kernel %.12s: %s; not loaded", key, why);
+      goto out;
+    }
+    char path[PATH_MAX];
+    fmt(path, sizeof path, "%s/%s.meta", dir, key);
+    if (lstat(path, &st) == 0 && !same_file(&st, &mst))
+      continue;                /* replaced meanwhile: judge the new one */
+    logc("kernel %.12s: bad entry removed (%s)", key, why);
+    entry_remove(dir, key, rc, &mst, &ast, art);
+    goto out;
+  }
+out:
+  pthread_mutex_unlock(&mu);
+  return ret;
+}
+
+/* Copy src into a fresh temp file in dir (when tmp_so is on another file
+** system and rename cannot move it). */
+static int copy_in(int src, const char *dir, char *tmp, size_t len)
+{
+  int fd = tmp_open(dir, tmp, len);
+  if (fd < 0)
+    return -1;
+  char buf[1 << 16];
+  ssize_t r;
+  int rc = lseek(src, 0, SEEK_SET) == 0 ? 0 : -1;
+  while (rc == 0 && (r = read(src, buf, sizeof buf)) != 0)
+    rc = r < 0 ? (errno == EINTR ? 0 : -1) : write_all(fd, buf, (size_t)r);
+  if (close(fd) < 0)
+    rc = -1;
+  if (rc < 0)
+    unlink(tmp);
+  return rc;
+}
+
+int store_put(const char *key, const char *tmp_so, const store_meta *m)
+{
+  char dir[PATH_MAX], art[PATH_MAX], mpath[PATH_MAX], copy[PATH_MAX] = "";
+  if (!tmp_so || !m)
+    return -1;
+  store_meta e = *m;           /* shallow: the texts stay the caller's */
+  struct stat st;
+  int ret = -1, fd = -1;
+  char *text = NULL;
+  size_t n;
+  pthread_mutex_lock(&mu);
+  if (key_dir_make(key, dir, sizeof dir) < 0)
+    goto out;
+  /* The artifact: private, then named by its content. */
+  fd = open(tmp_so, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+      fchmod(fd, 0600) < 0 || hash_fd(fd, &e.bytes, e.checksum) < 0)
+    goto out;
+  memcpy(e.key, key, STORE_KEY_LEN + 1);
+  snprintf(e.artifact, sizeof e.artifact, "%s-%s.so", key, e.checksum);
+  if (fmt(art, sizeof art, "%s/%s", dir, e.artifact) < 0 ||
+      fmt(mpath, sizeof mpath, "%s/%s.meta", dir, key) < 0)
+    goto out;
+  if (rename(tmp_so, art) < 0) {
+    if (errno != EXDEV || copy_in(fd, dir, copy, sizeof copy) < 0)
+      goto out;
+    if (rename(copy, art) < 0) {
+      unlink(copy);
+      goto out;
+    }
+    unlink(tmp_so);
+  }
+  /* The entry: its meta, also renamed into place. Same-key puts all land
+  ** here; the last rename wins and every one of them names a whole file. */
+  if (!e.codegen[0])
+    snprintf(e.codegen, sizeof e.codegen, "%s", STORE_CODEGEN_VERSION);
+  e.created = e.last_used = (int64_t)time(NULL);
+  e.hits = 0;
+  if (!(text = meta_format(&e, &n)) ||
+      write_atomic(dir, mpath, text, n) < 0) {
+    /* Leave the artifact only if a meta (another process's) names it. */
+    char cur[128];
+    artifact_of(dir, key, cur, sizeof cur);
+    if (strcmp(cur, e.artifact) != 0)
+      unlink(art);
+    goto out;
+  }
+  ret = 0;
+  const char *cap = getenv("TC_CACHE_MAX_MB");
+  uint64_t mb;
+  if (cap && *cap && num_u64(cap, &mb) == 0 && mb <= (UINT64_MAX >> 20))
+    store_prune(mb << 20);
+out:
+  if (ret < 0)
+    unlink(tmp_so);            /* consumed either way: no temp left behind */
+  if (fd >= 0)
+    close(fd);
+  free(text);
+  pthread_mutex_unlock(&mu);
+  return ret;
+}
+
+/* -- Walking the store ----------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The sorted names in dir (not . or ..); NULL with *n = -1 on error. */
+static char **list_dir(const char *dir, int *n)
+{
+  DIR *d = opendir(dir);
+  char **v = NULL;
+  int cap = 0;
+  *n = -1;
+  if (!d)
+    return NULL;
+  *n = 0;
+  for (struct dirent *de; (de = readdir(d));) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 32;
+      char **nv = realloc(v, (size_t)cap * sizeof *v);
+      if (!nv)
+        break;
+      v = nv;
+    }
+    if (!(v[*n] = strdup(de->d_name)))
+      break;
+    (*n)++;
+  }
+  closedir(d);
+  if (v)
+    qsort(v, (size_t)*n, sizeof *v, cmp_str);
+  return v;
+}
+
+static void free_list(char **v, int n)
+{
+  for (int i = 0; i < n; i++)
+    free(v[i]);
+  free(v);
+}
+
+/* The key of "<key>.meta", or NULL. */
+static const char *meta_key(const char *name, char key[STORE_KEY_LEN + 1])
+{
+  if (strlen(name) != STORE_KEY_LEN + 5 ||
+      strcmp(name + STORE_KEY_LEN, ".meta") != 0)
+    return NULL;
+  memcpy(key, name, STORE_KEY_LEN);
+  key[STORE_KEY_LEN] = '\0';
+  return is_hex(key, STORE_KEY_LEN) ? key : NULL;
+}
+
+/* Call fn(ctx, "<v1>/<kk>", names, n) for every two-hex-digit directory. */
+typedef int (*dir_fn)(void *ctx, const char *dir, char **names, int n);
+static int each_dir(dir_fn fn, void *ctx)
+{
+  int nd, rc = 0;
+  if (!v1[0])
+    return -1;
+  char **sub = list_dir(v1, &nd);
+  if (nd < 0)
+    return -1;
+  for (int i = 0; i < nd && rc == 0; i++) {
+    char dir[PATH_MAX];
+    int n;
+    if (strlen(sub[i]) != 2 || !is_hex(sub[i], 2) ||
+        fmt(dir, sizeof dir, "%s/%s", v1, sub[i]) < 0)
+      continue;
+    char **names = list_dir(dir, &n);
+    if (n >= 0)
+      rc = fn(ctx, dir, names, n);
+    free_list(names, n);
+  }
+  free_list(sub, nd);
+  return rc < 0 ? -1 : 0;
+}
+
+typedef struct {
+  store_visit_fn fn;
+  void *ctx;
+  int visited;
+  bool stop;
+} each_ctx;
+
+static int each_one(void *ctx, const char *dir, char **names, int n)
+{
+  each_ctx *c = ctx;
+  char key[STORE_KEY_LEN + 1], path[PATH_MAX];
+  for (int i = 0; i < n && !c->stop; i++) {
+    if (!meta_key(names[i], key) ||
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
+      continue;
+    store_meta m;
+    struct stat st;
+    bool ok = meta_load(path, &m, &st) == M_OK;
+    c->visited++;
+    c->stop = c->fn(c->ctx, path, ok ? &m : NULL) != 0;
+    if (ok)
+      store_meta_free(&m);
+  }
+  return c->stop ? 1 : 0;
+}
+
+int store_each(store_visit_fn fn, void *ctx)
+{
+  each_ctx c = { fn, ctx, 0, false };
+  pthread_mutex_lock(&mu);
+  int rc = each_dir(each_one, &c);
+  pthread_mutex_unlock(&mu);
+  return rc < 0 ? -1 : c.visited;
+}
+
+/* -- Maintenance ----------------------------------------------------------- */
+
+/* A leftover temp or an artifact no meta names: removable once it is old
+** enough not to be a put in flight (the artifact lands before its meta). */
+static bool stale(const char *dir, const char *name)
+{
+  char path[PATH_MAX];
+  struct stat st;
+  if (fmt(path, sizeof path, "%s/%s", dir, name) < 0 || lstat(path, &st) < 0)
+    return false;
+  return st.st_mtime + GRACE_S < time(NULL);
+}
+
+static bool is_artifact(const char *name)
+{
+  size_t n = strlen(name);
+  return n == 2 * STORE_KEY_LEN + 4 && strcmp(name + n - 3, ".so") == 0;
+}
+
+typedef struct {
+  FILE *report;
+  int problems;
+} verify_ctx;
+
+static int verify_dir(void *ctx, const char *dir, char **names, int n)
+{
+  verify_ctx *c = ctx;
+  char key[STORE_KEY_LEN + 1], why[256], art[128], path[PATH_MAX];
+  struct stat st, ast;
+  if (lstat(dir, &st) < 0 || !safe(&st)) {
+    if (c->report)
+      fprintf(c->report, "%s: not a private directory (left alone)\n", dir);
+    c->problems++;
+    return 0;
+  }
+  bool *used = calloc((size_t)n + 1, sizeof *used);
+  if (!used)
+    return -1;
+  for (int i = 0; i < n; i++) {
+    if (!meta_key(names[i], key))
+      continue;
+    store_meta m;
+    entry_status rc = entry_check(dir, key, &m, &st, &ast, art, why,
+                                  sizeof why);
+    if (rc == E_ABSENT)
+      continue;
+    if (rc == E_OK) {
+      store_meta_free(&m);
+      for (int j = 0; j < n; j++)
+        used[j] |= strcmp(names[j], art) == 0;
+      continue;
+    }
+    if (c->report)
+      fprintf(c->report, "%s/%s: %s: removed\n", dir, names[i], why);
+    c->problems++;
+    if (rc == E_UNSAFE) {      /* verify is explicit: unsafe goes too */
+      fmt(path, sizeof path, "%s/%s", dir, names[i]);
+      unlink(path);
+      if (art[0] && fmt(path, sizeof path, "%s/%s", dir, art) == 0)
+        unlink(path);          /* and its artifact, whoever owns it */
+      continue;
+    }
+    entry_remove(dir, key, rc, &st, &ast, art);
+  }
+  for (int i = 0; i < n; i++) {
+    bool tmp = strncmp(names[i], ".tmp-", 5) == 0;
+    if (used[i] || !(tmp || is_artifact(names[i])) || !stale(dir, names[i]) ||
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
+      continue;
+    /* A meta may have appeared for it since the scan began: re-check. */
+    if (!tmp) {
+      memcpy(key, names[i], STORE_KEY_LEN);
+      key[STORE_KEY_LEN] = '\0';
+      artifact_of(dir, key, art, sizeof art);
+      if (strcmp(art, names[i]) == 0)
+        continue;
+    }
+    if (c->report)
+      fprintf(c->report, "%s: %s: removed\n", path,
+              tmp ? "stale temporary" : "orphaned artifact");
+    c->problems++;
+    unlink(path);
+  }
+  free(used);
+  return 0;
+}
+
+int store_verify(FILE *report)
+{
+  verify_ctx c = { report, 0 };
+  pthread_mutex_lock(&mu);
+  int rc = each_dir(verify_dir, &c);
+  pthread_mutex_unlock(&mu);
+  return rc < 0 ? -1 : c.problems;
+}
+
+typedef struct {
+  char dir[PATH_MAX - 64];
+  char key[STORE_KEY_LEN + 1];
+  char artifact[128];
+  uint64_t bytes;
+  int64_t last_used, created, mtime;
+} lru_item;
+
+typedef struct {
+  lru_item *v;
+  int n, cap;
+  uint64_t total;
+} lru_ctx;
+
+static int lru_collect(void *ctx, const char *dir, char **names, int n)
+{
+  lru_ctx *c = ctx;
+  char key[STORE_KEY_LEN + 1], path[PATH_MAX];
+  for (int i = 0; i < n; i++) {
+    store_meta m;
+    struct stat st;
+    if (strncmp(names[i], ".tmp-", 5) == 0 && stale(dir, names[i]) &&
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) == 0)
+      unlink(path);            /* a crashed writer's leftovers */
+    if (!meta_key(names[i], key) ||
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0 ||
+        meta_load(path, &m, &st) != M_OK)
+      continue;
+    if (c->n == c->cap) {
+      c->cap = c->cap ? 2 * c->cap : 64;
+      lru_item *nv = realloc(c->v, (size_t)c->cap * sizeof *nv);
+      if (!nv) {
+        store_meta_free(&m);
+        return -1;
+      }
+      c->v = nv;
+    }
+    lru_item *it = &c->v[c->n];
+    if (snprintf(it->dir, sizeof it->dir, "%s", dir) >= (int)sizeof it->dir) {
+      store_meta_free(&m);   /* a path too long to evict by: skip it */
+      continue;
+    }
+    c->n++;
+    memcpy(it->key, key, sizeof key);
+    snprintf(it->artifact, sizeof it->artifact, "%s", m.artifact);
+    it->bytes = m.bytes;
+    it->last_used = m.last_used;
+    it->created = m.created;
+    it->mtime = mtime_ns(&st);  /* sub-second order: hits rewrite the meta */
+    c->total += m.bytes;
+    store_meta_free(&m);
+  }
+  return 0;
+}
+
+/* Oldest first: last_used, then within its second the meta's mtime (every
+** put and hit rewrites the meta, so that is when it was last used), then
+** created. */
+static int cmp_lru(const void *a, const void *b)
+{
+  const lru_item *x = a, *y = b;
+  if (x->last_used != y->last_used)
+    return x->last_used < y->last_used ? -1 : 1;
+  if (x->mtime != y->mtime)
+    return x->mtime < y->mtime ? -1 : 1;
+  if (x->created != y->created)
+    return x->created < y->created ? -1 : 1;
+  return strcmp(x->key, y->key);
+}
+
+int64_t store_prune(uint64_t max_bytes)
+{
+  lru_ctx c = { 0 };
+  int64_t freed = 0;
+  char path[PATH_MAX];
+  pthread_mutex_lock(&mu);
+  if (each_dir(lru_collect, &c) < 0) {
+    freed = -1;
+    goto out;
+  }
+  qsort(c.v, (size_t)c.n, sizeof *c.v, cmp_lru);
+  /* Meta first: from then on no reader can pick the artifact. */
+  for (int i = 0; i < c.n && c.total > max_bytes; i++) {
+    lru_item *it = &c.v[i];
+    if (fmt(path, sizeof path, "%s/%s.meta", it->dir, it->key) < 0 ||
+        unlink(path) < 0)
+      continue;
+    if (fmt(path, sizeof path, "%s/%s", it->dir, it->artifact) == 0)
+      unlink(path);
+    c.total -= it->bytes;
+    freed += (int64_t)it->bytes;
+  }
+  if (freed > 0)
+    logc("pruned %" PRId64 " bytes; %" PRIu64 " left (cap %" PRIu64 ")",
+         freed, c.total, max_bytes);
+out:
+  free(c.v);
+  pthread_mutex_unlock(&mu);
+  return freed;
+}
+
+static int clear_dir(void *ctx, const char *dir, char **names, int n)
+{
+  int *removed = ctx;
+  char key[STORE_KEY_LEN + 1], path[PATH_MAX];
+  for (int i = 0; i < n; i++) {
+    bool meta = meta_key(names[i], key) != NULL;
+    bool ours = meta || is_artifact(names[i]) ||
+                strncmp(names[i], ".tmp-", 5) == 0;
+    if (!ours || fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
+      continue;
+    if (unlink(path) == 0 && meta)
+      (*removed)++;
+  }
+  rmdir(dir);                  /* fails harmlessly when something remains */
+  return 0;
+}
+
+int store_clear(void)
+{
+  int removed = 0;
+  pthread_mutex_lock(&mu);
+  int rc = each_dir(clear_dir, &removed);
+  pthread_mutex_unlock(&mu);
+  return rc < 0 ? -1 : removed;
+}
+
+static int add_totals(void *ctx, const char *path, const store_meta *m)
+{
+  uint64_t *t = ctx;
+  (void)path;
+  if (m) {
+    t[0]++;
+    t[1] += m->bytes;
+    t[2] += m->hits;
+  }
+  return 0;
+}
+
+void store_totals(uint64_t *entries, uint64_t *bytes, uint64_t *hits)
+{
+  uint64_t t[3] = { 0, 0, 0 };
+  store_each(add_totals, t);
+  if (entries)
+    *entries = t[0];
+  if (bytes)
+    *bytes = t[1];
+  if (hits)
+    *hits = t[2];
+}

@@ -1,0 +1,129 @@
+/*
+** store.h -- the on-disk kernel store (DESIGN.md principles 6 and 7):
+** compiled kernels survive the process, several processes share one
+** directory, a person can inspect it with tc-dump.
+**
+** Layout under the root (TC_CACHE_DIR, else $XDG_CACHE_HOME/tc, else
+** ~/.cache/tc), versioned so a future format never misreads this one:
+**
+**   <root>/v1/                       0700
+**   <root>/v1/<kk>/<key>.meta        0600  the entry: metadata (below)
+**   <root>/v1/<kk>/<key>-<sum>.so    0600  the artifact it names
+**
+** <key> is 32 hex digits (xxh3-128 of the canonical kernel IR, backend,
+** target, codegen version and compiler version); <kk> its first two digits;
+** <sum> 32 hex digits, xxh3-128 of the artifact's bytes. Artifacts are
+** immutable and content-named; an entry is its .meta, which names one
+** artifact. Every file is written to a temporary name in the same
+** directory and renamed into place, so readers never see a partial file and
+** N processes storing the same key all succeed, leaving one entry.
+**
+** The disk is untrusted input: an artifact is loaded only after its
+** checksum matches the meta, and only when it and its directory are owned
+** by this user and not writable by group or others. A truncated,
+** corrupted or mismatched entry is removed (with one log line) and the
+** caller compiles again.
+**
+** The .meta format: "name: value" lines up to a blank line, then sections
+** "--- ir ---", "--- source ---", "--- guards ---" each running to the
+** next section line or the end. Names: key, artifact, checksum (hex),
+** bytes, backend, target, compiler, codegen, kind, shape, instrs,
+** compile_ms, created, last_used (unix seconds), hits.
+*/
+#ifndef TC_STORE_H
+#define TC_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define STORE_KEY_LEN 32          /* hex digits */
+#define STORE_CODEGEN_VERSION "tc-kir-1"
+
+typedef struct {
+  char key[STORE_KEY_LEN + 1];
+  char artifact[128];             /* file name of the .so, in the entry's
+                                     directory */
+  char checksum[STORE_KEY_LEN + 1];
+  uint64_t bytes;                 /* artifact size */
+  char backend[16];               /* "cpu" */
+  char target[32];                /* "x86-64-v3" */
+  char compiler[64];              /* "libgccjit 12.2.0" */
+  char codegen[32];               /* STORE_CODEGEN_VERSION */
+  char kind[16];                  /* "map" / "rows" (+ " dynamic") */
+  char shape[96];                 /* e.g. "[4096] row 4096" */
+  int instrs;
+  double compile_ms;
+  int64_t created, last_used;
+  uint64_t hits;
+  char *ir;                       /* owned, may be NULL */
+  char *source;                   /* owned, may be NULL */
+  char *guards;                   /* owned, may be NULL */
+} store_meta;
+
+void store_meta_free(store_meta *m);   /* frees the owned strings */
+
+/* The key of a kernel: xxh3-128 of its parts, as hex. */
+void store_key(const char *ir_text, const char *backend, const char *target,
+               const char *compiler, char key[STORE_KEY_LEN + 1]);
+
+/* -- Opening the store ------------------------------------------------------ */
+
+/* Open the store at root (NULL: from the environment: TC_CACHE=0 disables
+** it, TC_CACHE_DIR, XDG_CACHE_HOME, HOME). Creates <root>/v1 with mode
+** 0700. Returns 0, or -1 when the store cannot be used (disabled, not
+** creatable, not ours, unsafe permissions): the caller then keeps kernels
+** in memory only; `why` says why in one line. */
+int store_open(const char *root, char *why, size_t wlen);
+bool store_is_open(void);
+const char *store_root(void);     /* "<root>/v1", or NULL */
+void store_close(void);
+
+/* -- Kernels ---------------------------------------------------------------- */
+
+/* A fresh temporary path in key's directory for the backend to write the
+** artifact to (then store_put renames it). 0 or -1. */
+int store_tmp_path(const char *key, char *path, size_t len);
+
+/* Look key up. On success returns 0, fills *m (caller frees with
+** store_meta_free) and the verified artifact's full path, and records the
+** hit (hits + 1, last_used = now). Returns -1 when absent, or when the
+** entry was bad (then it has been removed and logged), or unsafe (left in
+** place, logged, not loaded). */
+int store_get(const char *key, store_meta *m, char *so_path, size_t len);
+
+/* Enter a compiled kernel: the artifact written at tmp_so is checksummed,
+** renamed to its content name, and the meta (from *m: fill everything but
+** key/artifact/checksum/bytes/created/last_used/hits) written atomically.
+** Then the store is trimmed to TC_CACHE_MAX_MB (default 1024) if set.
+** Returns 0, or -1 on a write failure (disk full, read-only): the caller
+** logs once and keeps the kernel in memory. */
+int store_put(const char *key, const char *tmp_so, const store_meta *m);
+
+/* -- Maintenance (tc-dump) --------------------------------------------------- */
+
+/* Call fn for every entry (parsed meta) in the store; stops early when fn
+** returns nonzero. Entries whose meta cannot be parsed are passed with
+** m == NULL and their path. Returns the number visited, or -1. */
+typedef int (*store_visit_fn)(void *ctx, const char *meta_path,
+                              const store_meta *m);
+int store_each(store_visit_fn fn, void *ctx);
+
+/* Check every entry (meta parses, artifact present, checksum, ownership,
+** permissions); remove bad ones and orphaned artifacts and temporaries.
+** Reports one line per problem to `report` (may be NULL). Returns the
+** number of problems found, or -1. */
+int store_verify(FILE *report);
+
+/* Evict least recently used entries until the store holds at most
+** max_bytes of artifacts. Returns bytes freed, or -1. */
+int64_t store_prune(uint64_t max_bytes);
+
+/* Remove every entry. Returns entries removed, or -1. */
+int store_clear(void);
+
+/* Totals: entries, artifact bytes, hits. */
+void store_totals(uint64_t *entries, uint64_t *bytes, uint64_t *hits);
+
+#endif

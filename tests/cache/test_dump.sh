@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# test_dump.sh -- tc-dump against a temporary store filled by test_store.
+#   bash tests/cache/test_dump.sh path/to/tc-dump path/to/test_store
+# Ends with "N passed, N failed"; exits non-zero on any failure.
+set -u
+dump="$1"
+populate="$2"
+dir=$(mktemp -d /tmp/tc-dump-test.XXXXXX) || exit 1
+trap 'rm -rf "$dir"' EXIT
+export TC_CACHE_DIR="$dir"
+unset TC_CACHE TC_CACHE_MAX_MB
+passed=0 failed=0
+
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+# check NAME WANT_RC CMD...: CMD's exit status must be WANT_RC; its output
+# (stdout and stderr) is kept in $out for further checks.
+check() {
+  local name="$1" want="$2"
+  shift 2
+  out=$("$@" 2>&1)
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok "$name"; else
+    bad "$name (exit $rc, wanted $want)"
+    printf '%s\n' "$out" | sed 's/^/    /'
+  fi
+}
+has() {   # has NAME PATTERN: $out matches the extended regex PATTERN
+  if printf '%s\n' "$out" | grep -Eq -- "$2"; then ok "$1"; else
+    bad "$1 (no /$2/ in output)"
+    printf '%s\n' "$out" | sed 's/^/    /'
+  fi
+}
+
+check "populate" 0 "$populate" --populate "$dir" 5
+
+check "list" 0 "$dump" list
+n=$(printf '%s\n' "$out" | grep -Ec '^[0-9a-f]{32} ')
+[ "$n" -eq 5 ] && ok "list shows 5 kernels" ||
+  bad "list shows $n kernels, not 5"
+has "list shows backend, kind, hits, ms, bytes" \
+  'cpu +(map|rows) .* hits .* ms .* bytes$'
+
+key=$(printf '%s\n' "$out" | head -n 1 | cut -c1-32)
+check "show by prefix" 0 "$dump" show "${key:0:8}"
+has "show prints the key" "^key: +$key"
+has "show prints the IR section" '^--- ir ---$'
+has "show prints the IR" 'y = x \* 2'
+has "show prints the source" '^--- source ---$'
+has "show prints the guards" '^--- guards ---$'
+has "show prints the hits" '^hits: +0$'
+check "show unknown prefix" 1 "$dump" show ffffffffffffffffffffffffffffffff0
+check "show ambiguous prefix" 1 "$dump" show ""
+check "show without a prefix" 2 "$dump" show
+
+check "stats" 0 "$dump" stats
+has "stats counts entries" '^entries: +5$'
+has "stats names the root" "^root: +$dir/v1$"
+has "stats sums bytes" '^bytes: +5010 '
+
+check "verify a good store" 0 "$dump" verify
+so=$(find "$dir/v1" -name '*.so' | head -n 1)
+truncate -s 10 "$so"
+check "verify finds a truncated artifact" 1 "$dump" verify
+has "verify reports it" 'meta says'
+if [ -e "$so" ]; then bad "verify removed the bad artifact"
+else ok "verify removed the bad artifact"; fi
+check "verify again is clean" 0 "$dump" verify
+check "list after verify" 0 "$dump" list
+n=$(printf '%s\n' "$out" | grep -Ec '^[0-9a-f]{32} ')
+[ "$n" -eq 4 ] && ok "4 kernels left" || bad "$n kernels left, not 4"
+
+check "prune under a large cap" 0 "$dump" prune --max-mb 10
+has "prune frees nothing" '^freed 0 bytes; 4 entries'
+check "prune --max-mb 0" 0 "$dump" prune --max-mb 0
+check "stats after prune" 0 "$dump" stats
+has "prune emptied the store" '^entries: +0$'
+check "prune with a bad size" 2 "$dump" prune --max-mb lots
+TC_CACHE_MAX_MB=0 "$populate" --populate "$dir" 2 >/dev/null 2>&1
+check "TC_CACHE_MAX_MB caps puts" 0 "$dump" stats
+has "nothing kept under a 0 MiB cap" '^entries: +0$'
+
+"$populate" --populate "$dir" 3
+check "clear" 0 "$dump" clear
+has "clear counts entries" 'removed 3 entries'
+check "list after clear" 0 "$dump" list
+[ -z "$out" ] && ok "store is empty" || bad "store not empty after clear"
+
+check "--help" 0 "$dump" --help
+has "help has EXIT STATUS" '^EXIT STATUS$'
+has "help has ENVIRONMENT" '^ENVIRONMENT$'
+check "-h" 0 "$dump" -h
+check "bogus command" 2 "$dump" bogus
+has "usage on bogus command" '^usage: tc-dump'
+check "no command" 2 "$dump"
+check "extra argument" 2 "$dump" list extra
+check "TC_CACHE=0" 1 env TC_CACHE=0 "$dump" list
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,793 @@
+/*
+** test_store.c -- the on-disk kernel store on its own (store.h): round
+** trips, every kind of damage, unsafe permissions, write failures, several
+** processes at once, eviction, verify and clear. Each test gets a fresh
+** mkdtemp() root. `test_store --populate DIR N` fills DIR with N fake
+** entries for tests/cache/test_dump.sh.
+*/
+#define XXH_STATIC_LINKING_ONLY
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cmocka.h>
+
+#include "../../src/cache/store.h"
+#include "../../src/tensor/tensor.h"
+
+static char root[256];
+static const char src_text[] =
+  "void k(float *y, const float *x) {\n  y[i] = x[i] * 2;\n}";       /* a mkdtemp name: short */
+
+/* -- Helpers --------------------------------------------------------------- */
+
+static int rm_one(const char *p, const struct stat *st, int flag,
+                  struct FTW *ftw)
+{
+  (void)st; (void)flag; (void)ftw;
+  chmod(p, 0700);              /* tests leave read-only dirs behind */
+  return remove(p);
+}
+
+static void rm_rf(const char *p)
+{
+  chmod(p, 0700);
+  nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int setup(void **state)
+{
+  (void)state;
+  snprintf(root, sizeof root, "/tmp/tc-store-XXXXXX");
+  if (!mkdtemp(root))
+    return -1;
+  char why[256];
+  unsetenv("TC_CACHE_MAX_MB");
+  return store_open(root, why, sizeof why);
+}
+
+static int teardown(void **state)
+{
+  (void)state;
+  store_close();
+  tensor_log_to(NULL, 0);
+  rm_rf(root);
+  return 0;
+}
+
+static void key_for(int i, char key[STORE_KEY_LEN + 1])
+{
+  char ir[64];
+  snprintf(ir, sizeof ir, "kernel %d: y = x * 2", i);
+  store_key(ir, "cpu", "x86-64-v3", "libgccjit 12.2.0", key);
+}
+
+/* Deterministic artifact bytes for entry i (size n). */
+static void fill(char *buf, size_t n, int i)
+{
+  for (size_t j = 0; j < n; j++)
+    buf[j] = (char)(i * 31 + (int)(j * 7) + (int)(j >> 8));
+}
+
+/* Put entry i with n bytes of content through the real path: tmp, put. */
+static int put_n(int i, size_t n)
+{
+  char key[STORE_KEY_LEN + 1], tmp[PATH_MAX], ir[64];
+  key_for(i, key);
+  if (store_tmp_path(key, tmp, sizeof tmp) < 0)
+    return -1;
+  char *buf = malloc(n);
+  fill(buf, n, i);
+  FILE *f = fopen(tmp, "wb");
+  int ok = f && fwrite(buf, 1, n, f) == n;
+  if (f)
+    ok = fclose(f) == 0 && ok;
+  free(buf);
+  if (!ok)
+    return -1;
+  store_meta m = { 0 };
+  snprintf(m.backend, sizeof m.backend, "cpu");
+  snprintf(m.target, sizeof m.target, "x86-64-v3");
+  snprintf(m.compiler, sizeof m.compiler, "libgccjit 12.2.0");
+  snprintf(m.kind, sizeof m.kind, i % 2 ? "rows" : "map");
+  snprintf(m.shape, sizeof m.shape, "[%d,4096] row 4096", i + 1);
+  snprintf(ir, sizeof ir, "kernel %d: y = x * 2", i);
+  m.instrs = 3 + i;
+  m.compile_ms = 50.25 + i;
+  m.ir = ir;
+  m.source = (char *)src_text;
+  m.guards = "in0: f32 [4096] contiguous\n";
+  return store_put(key, tmp, &m);
+}
+
+static int put_one(int i) { return put_n(i, 1000 + (size_t)i); }
+
+static void path_of(const char *key, const char *suffix, char *out, size_t len)
+{
+  snprintf(out, len, "%s/%.2s/%s%s", store_root(), key, key, suffix);
+}
+
+/* The artifact path of entry i, from its meta (without a get). */
+static void art_of(int i, char *out, size_t len)
+{
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX], line[256];
+  key_for(i, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  FILE *f = fopen(meta, "r");
+  assert_non_null(f);
+  out[0] = '\0';
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "artifact: ", 10) == 0) {
+      line[strcspn(line, "\n")] = '\0';
+      snprintf(out, len, "%s/%.2s/%s", store_root(), key, line + 10);
+    }
+  fclose(f);
+  assert_true(out[0]);
+}
+
+static bool exists(const char *p)
+{
+  struct stat st;
+  return lstat(p, &st) == 0;
+}
+
+/* Files in the key's directory: metas, artifacts, temps. */
+static void count_files(const char *key, int *metas, int *sos, int *tmps)
+{
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/%.2s", store_root(), key);
+  *metas = *sos = *tmps = 0;
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  for (struct dirent *de; (de = readdir(d));) {
+    size_t n = strlen(de->d_name);
+    if (strncmp(de->d_name, ".tmp-", 5) == 0)
+      (*tmps)++;
+    else if (n > 5 && strcmp(de->d_name + n - 5, ".meta") == 0)
+      (*metas)++;
+    else if (n > 3 && strcmp(de->d_name + n - 3, ".so") == 0)
+      (*sos)++;
+  }
+  closedir(d);
+}
+
+static int get_i(int i, store_meta *m, char *so, size_t len)
+{
+  char key[STORE_KEY_LEN + 1];
+  key_for(i, key);
+  return store_get(key, m, so, len);
+}
+
+/* Capture TC_LOG=cache lines in a memory file. */
+static char *logbuf;
+static size_t loglen;
+static FILE *log_start(void)
+{
+  FILE *f = open_memstream(&logbuf, &loglen);
+  tensor_log_to(f, TC_LOG_CACHE);
+  return f;
+}
+
+static void log_expect(FILE *f, const char *needle)
+{
+  tensor_log_to(NULL, 0);
+  fclose(f);
+  if (!strstr(logbuf, needle))
+    print_error("log lacks \"%s\": %s\n", needle, logbuf);
+  assert_non_null(strstr(logbuf, needle));
+  free(logbuf);
+  logbuf = NULL;
+}
+
+/* Damage entry i in some way, then expect get to fail, log and remove. */
+static void expect_removed(int i, const char *log_needle)
+{
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX], so[PATH_MAX];
+  store_meta m;
+  key_for(i, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  FILE *lf = log_start();
+  assert_int_equal(store_get(key, &m, so, sizeof so), -1);
+  log_expect(lf, log_needle);
+  assert_false(exists(meta));
+  assert_int_equal(store_get(key, &m, so, sizeof so), -1);
+}
+
+/* -- Keys and round trips -------------------------------------------------- */
+
+static void test_store_key(void **state)
+{
+  (void)state;
+  char a[STORE_KEY_LEN + 1], b[STORE_KEY_LEN + 1], c[STORE_KEY_LEN + 1];
+  store_key("ab", "c", "t", "v", a);
+  store_key("a", "bc", "t", "v", b);
+  store_key("ab", "c", "t", "v", c);
+  assert_int_equal(strlen(a), STORE_KEY_LEN);
+  assert_int_equal(strspn(a, "0123456789abcdef"), STORE_KEY_LEN);
+  assert_string_not_equal(a, b);
+  assert_string_equal(a, c);
+  store_key("ab", "c", "t", "w", b);   /* compiler version is in the key */
+  assert_string_not_equal(a, b);
+}
+
+static void test_store_roundtrip(void **state)
+{
+  (void)state;
+  char key[STORE_KEY_LEN + 1], so[PATH_MAX], want[STORE_KEY_LEN + 1];
+  store_meta m;
+  key_for(0, key);
+  assert_int_equal(store_get(key, &m, so, sizeof so), -1);   /* absent */
+  time_t t0 = time(NULL);
+  assert_int_equal(put_one(0), 0);
+  assert_int_equal(store_get(key, &m, so, sizeof so), 0);
+  assert_string_equal(m.key, key);
+  assert_string_equal(m.backend, "cpu");
+  assert_string_equal(m.target, "x86-64-v3");
+  assert_string_equal(m.compiler, "libgccjit 12.2.0");
+  assert_string_equal(m.codegen, STORE_CODEGEN_VERSION);
+  assert_string_equal(m.kind, "map");
+  assert_string_equal(m.shape, "[1,4096] row 4096");
+  assert_int_equal(m.instrs, 3);
+  assert_true(m.compile_ms > 50.2 && m.compile_ms < 50.3);
+  assert_int_equal(m.bytes, 1000);
+  assert_true(m.created >= t0 && m.last_used >= m.created);
+  assert_int_equal(m.hits, 1);
+  assert_string_equal(m.ir, "kernel 0: y = x * 2");
+  assert_string_equal(m.source, src_text);
+  assert_string_equal(m.guards, "in0: f32 [4096] contiguous\n");
+  /* The artifact: content-named, private, the bytes we wrote. */
+  char buf[1000];
+  fill(buf, sizeof buf, 0);
+  XXH128_hash_t h = XXH3_128bits(buf, sizeof buf);
+  snprintf(want, sizeof want, "%016" PRIx64 "%016" PRIx64,
+           (uint64_t)h.high64, (uint64_t)h.low64);
+  assert_string_equal(m.checksum, want);
+  char name[128];
+  snprintf(name, sizeof name, "/%s-%s.so", key, want);
+  assert_non_null(strstr(so, name));
+  assert_non_null(strstr(so, store_root()));
+  struct stat st;
+  assert_int_equal(stat(so, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(st.st_size, 1000);
+  char got[1000];
+  FILE *f = fopen(so, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(got, 1, sizeof got, f), sizeof got);
+  fclose(f);
+  assert_memory_equal(got, buf, sizeof buf);
+  store_meta_free(&m);
+  /* Hits count up; the temp is gone; the layout is the documented one. */
+  assert_int_equal(store_get(key, &m, so, sizeof so), 0);
+  assert_int_equal(m.hits, 2);
+  store_meta_free(&m);
+  int metas, sos, tmps;
+  count_files(key, &metas, &sos, &tmps);
+  assert_int_equal(metas, 1);
+  assert_int_equal(sos, 1);
+  assert_int_equal(tmps, 0);
+  char meta[PATH_MAX];
+  path_of(key, ".meta", meta, sizeof meta);
+  assert_int_equal(stat(meta, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(stat(store_root(), &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  uint64_t n, bytes, hits;
+  store_totals(&n, &bytes, &hits);
+  assert_int_equal(n, 1);
+  assert_int_equal(bytes, 1000);
+  assert_int_equal(hits, 2);
+}
+
+static void test_store_open_env(void **state)
+{
+  (void)state;
+  char why[256], dir[PATH_MAX], want[PATH_MAX + 8];
+  snprintf(dir, sizeof dir, "%s/env/a/b", root);
+  setenv("TC_CACHE_DIR", dir, 1);
+  setenv("TC_CACHE", "0", 1);
+  assert_int_equal(store_open(NULL, why, sizeof why), -1);
+  assert_non_null(strstr(why, "TC_CACHE=0"));
+  unsetenv("TC_CACHE");
+  assert_int_equal(store_open(NULL, why, sizeof why), 0);
+  snprintf(want, sizeof want, "%s/v1", dir);
+  assert_string_equal(store_root(), want);
+  unsetenv("TC_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", dir, 1);
+  assert_int_equal(store_open(NULL, why, sizeof why), 0);
+  snprintf(want, sizeof want, "%s/tc/v1", dir);
+  assert_string_equal(store_root(), want);
+  unsetenv("XDG_CACHE_HOME");
+  store_close();
+  assert_false(store_is_open());
+  assert_null(store_root());
+}
+
+/* -- Damage ---------------------------------------------------------------- */
+
+static void test_store_truncated(void **state)
+{
+  (void)state;
+  char so[PATH_MAX];
+  assert_int_equal(put_one(1), 0);
+  art_of(1, so, sizeof so);
+  assert_int_equal(truncate(so, 500), 0);
+  expect_removed(1, "500 bytes, meta says 1001");
+  assert_false(exists(so));    /* ours and bad: gone too */
+  assert_int_equal(put_one(1), 0);   /* and it can be stored again */
+  store_meta m;
+  assert_int_equal(get_i(1, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+}
+
+static void test_store_corrupted_byte(void **state)
+{
+  (void)state;
+  char so[PATH_MAX];
+  assert_int_equal(put_one(2), 0);
+  art_of(2, so, sizeof so);
+  int fd = open(so, O_RDWR);
+  assert_true(fd >= 0);
+  char c;
+  assert_int_equal(pread(fd, &c, 1, 123), 1);
+  c ^= 0x40;
+  assert_int_equal(pwrite(fd, &c, 1, 123), 1);
+  close(fd);
+  expect_removed(2, "checksum");
+  assert_false(exists(so));
+}
+
+static void test_store_missing_artifact(void **state)
+{
+  (void)state;
+  char so[PATH_MAX];
+  assert_int_equal(put_one(3), 0);
+  art_of(3, so, sizeof so);
+  assert_int_equal(unlink(so), 0);
+  expect_removed(3, "No such file");
+}
+
+static void write_meta(int i, const char *text)
+{
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX];
+  key_for(i, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  FILE *f = fopen(meta, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  chmod(meta, 0600);
+}
+
+static void test_store_garbage_meta(void **state)
+{
+  (void)state;
+  char so[PATH_MAX], key[STORE_KEY_LEN + 1], text[1024];
+  assert_int_equal(put_one(4), 0);
+  art_of(4, so, sizeof so);
+  write_meta(4, "\x7f" "ELF garbage\n\x01\x02 no fields here");
+  expect_removed(4, "malformed");
+  assert_true(exists(so));     /* not proven bad: verify reaps orphans */
+  /* A well-formed meta must not name a file outside its artifact name. */
+  key_for(4, key);
+  snprintf(text, sizeof text, "key: %s\nartifact: ../../../etc/passwd\n"
+           "checksum: %032d\nbytes: 1\n\n", key, 0);
+  write_meta(4, text);
+  expect_removed(4, "malformed");
+  /* A truncated header (no blank line) and a meta for another key. */
+  snprintf(text, sizeof text, "key: %s\nartifact: %s-", key, key);
+  write_meta(4, text);
+  expect_removed(4, "malformed");
+  char other[STORE_KEY_LEN + 1];
+  key_for(5, other);
+  snprintf(text, sizeof text, "key: %s\nartifact: %s-%032d.so\n"
+           "checksum: %032d\nbytes: 1\n\n", other, other, 0, 0);
+  write_meta(4, text);
+  expect_removed(4, "meta is for key");
+}
+
+/* -- Unsafe entries -------------------------------------------------------- */
+
+static void test_store_permissions(void **state)
+{
+  (void)state;
+  char so[PATH_MAX], key[STORE_KEY_LEN + 1], meta[PATH_MAX], dir[PATH_MAX];
+  store_meta m;
+  assert_int_equal(put_one(6), 0);
+  key_for(6, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  art_of(6, so, sizeof so);
+  /* A world-writable artifact is not loaded, and not deleted either. */
+  assert_int_equal(chmod(so, 0666), 0);
+  FILE *lf = log_start();
+  assert_int_equal(get_i(6, &m, so, sizeof so), -1);
+  log_expect(lf, "not loaded");
+  assert_true(exists(meta));
+  art_of(6, so, sizeof so);
+  assert_int_equal(chmod(so, 0600), 0);
+  assert_int_equal(get_i(6, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  /* A group-writable meta, then an open directory: not loaded. */
+  assert_int_equal(chmod(meta, 0620), 0);
+  assert_int_equal(get_i(6, &m, so, sizeof so), -1);
+  assert_int_equal(chmod(meta, 0600), 0);
+  snprintf(dir, sizeof dir, "%s/%.2s", store_root(), key);
+  assert_int_equal(chmod(dir, 0777), 0);
+  assert_int_equal(get_i(6, &m, so, sizeof so), -1);
+  assert_int_equal(put_one(6), -1);  /* nor written to */
+  assert_int_equal(chmod(dir, 0700), 0);
+  assert_int_equal(get_i(6, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  /* A root that others may write to is refused at open. */
+  char v1[PATH_MAX], why[256];
+  snprintf(v1, sizeof v1, "%s", store_root());
+  assert_int_equal(chmod(v1, 0777), 0);
+  store_close();
+  assert_int_equal(store_open(root, why, sizeof why), -1);
+  assert_non_null(strstr(why, "writable by group or others"));
+  assert_int_equal(chmod(v1, 0700), 0);
+  assert_int_equal(store_open(root, why, sizeof why), 0);
+}
+
+/* -- Write failures -------------------------------------------------------- */
+
+static void test_store_readonly_root(void **state)
+{
+  (void)state;
+  char probe[PATH_MAX], tmp[PATH_MAX], key[STORE_KEY_LEN + 1];
+  assert_int_equal(put_one(7), 0);
+  char v1[PATH_MAX - 64];
+  snprintf(v1, sizeof v1, "%s", store_root() ? store_root() : "?");
+  assert_int_equal(chmod(v1, 0500), 0);
+  snprintf(probe, sizeof probe, "%s/probe", v1);
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0) {               /* root (CAP_DAC_OVERRIDE) ignores the bits */
+    close(fd);
+    unlink(probe);
+    chmod(v1, 0700);
+    print_message("skipped: running with privileges that write into a "
+                  "mode-0500 directory, so a read-only root cannot be "
+                  "simulated with permission bits\n");
+    skip();
+  }
+  key_for(8, key);
+  assert_int_equal(store_tmp_path(key, tmp, sizeof tmp), -1);
+  assert_int_equal(put_one(8), -1);
+  /* A put into an existing (now read-only) directory fails cleanly. */
+  char dir[PATH_MAX];
+  key_for(7, key);
+  snprintf(dir, sizeof dir, "%s/%.2s", v1, key);
+  assert_int_equal(chmod(dir, 0500), 0);
+  assert_int_equal(put_one(7), -1);
+  int metas, sos, tmps;
+  count_files(key, &metas, &sos, &tmps);
+  assert_int_equal(tmps, 0);
+  store_meta m;
+  char so[PATH_MAX];
+  assert_int_equal(get_i(7, &m, so, sizeof so), 0);  /* still readable */
+  store_meta_free(&m);
+  chmod(dir, 0700);
+  chmod(v1, 0700);
+}
+
+/* Disk full, simulated for any user: a file size limit makes the meta
+** write fail (EFBIG). The put must fail and leave nothing behind. */
+static void test_store_write_fails(void **state)
+{
+  (void)state;
+  char key[STORE_KEY_LEN + 1], tmp[PATH_MAX], meta[PATH_MAX];
+  key_for(9, key);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    FILE *f = store_tmp_path(key, tmp, sizeof tmp) == 0 ? fopen(tmp, "wb")
+                                                         : NULL;
+    if (!f)
+      _exit(2);                /* no cmocka asserts in a child */
+    fputs("0123456789", f);
+    fclose(f);
+    struct rlimit rl;
+    getrlimit(RLIMIT_FSIZE, &rl);
+    rl.rlim_cur = 64;          /* the artifact fits, the meta does not */
+    setrlimit(RLIMIT_FSIZE, &rl);
+    store_meta m = { 0 };
+    m.ir = "a long IR text that does not fit in 64 bytes of meta at all";
+    _exit(store_put(key, tmp, &m) == -1 && !exists(tmp) ? 0 : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  int metas, sos, tmps;
+  count_files(key, &metas, &sos, &tmps);
+  assert_int_equal(metas + sos + tmps, 0);
+  /* A meta path that cannot be replaced (a directory): same outcome. */
+  path_of(key, ".meta", meta, sizeof meta);
+  assert_int_equal(mkdir(meta, 0700), 0);
+  assert_int_equal(put_one(9), -1);
+  count_files(key, &metas, &sos, &tmps);
+  assert_int_equal(sos + tmps, 0);
+  rmdir(meta);
+}
+
+/* -- Several processes ----------------------------------------------------- */
+
+/* Fork n children running fn(i) after a common start signal; all must
+** exit 0. */
+static void run_procs(int n, int (*fn)(int))
+{
+  int gate[2];
+  pid_t pid[16];
+  assert_int_equal(pipe(gate), 0);
+  for (int i = 0; i < n; i++) {
+    pid[i] = fork();
+    assert_true(pid[i] >= 0);
+    if (pid[i] == 0) {
+      char c;
+      close(gate[1]);
+      if (read(gate[0], &c, 1) != 0)
+        _exit(3);
+      _exit(fn(i));
+    }
+  }
+  close(gate[0]);
+  close(gate[1]);              /* EOF: every child starts at once */
+  int failed = 0;
+  for (int i = 0; i < n; i++) {
+    int status;
+    assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failed++;
+  }
+  assert_int_equal(failed, 0);
+}
+
+static int child_put_same(int i)
+{
+  (void)i;
+  return put_n(10, 200000) == 0 ? 0 : 1;
+}
+
+static void test_store_concurrent_put(void **state)
+{
+  (void)state;
+  char key[STORE_KEY_LEN + 1], so[PATH_MAX];
+  run_procs(8, child_put_same);
+  key_for(10, key);
+  int metas, sos, tmps;
+  count_files(key, &metas, &sos, &tmps);
+  assert_int_equal(metas, 1);
+  assert_int_equal(sos, 1);
+  assert_int_equal(tmps, 0);
+  store_meta m;
+  assert_int_equal(get_i(10, &m, so, sizeof so), 0);
+  assert_int_equal(m.bytes, 200000);
+  store_meta_free(&m);
+}
+
+/* Puts replace entry 11 with alternating contents while gets read it:
+** every get must find a whole entry (old or new), never a broken one. */
+static int child_put_or_get(int i)
+{
+  for (int r = 0; r < 60; r++) {
+    if (i < 3) {
+      char key[STORE_KEY_LEN + 1], tmp[PATH_MAX];
+      key_for(11, key);
+      if (store_tmp_path(key, tmp, sizeof tmp) < 0)
+        return 1;
+      char buf[50000];
+      fill(buf, sizeof buf, 11 + (r + i) % 2);
+      FILE *f = fopen(tmp, "wb");
+      fwrite(buf, 1, sizeof buf, f);
+      fclose(f);
+      store_meta m = { 0 };
+      if (store_put(key, tmp, &m) < 0)
+        return 2;
+    } else {
+      store_meta m;
+      char so[PATH_MAX];
+      if (get_i(11, &m, so, sizeof so) < 0)
+        return 4;
+      store_meta_free(&m);
+    }
+  }
+  return 0;
+}
+
+static void test_store_get_races_put(void **state)
+{
+  (void)state;
+  assert_int_equal(put_n(11, 50000), 0);
+  run_procs(8, child_put_or_get);
+  store_meta m;
+  char so[PATH_MAX];
+  assert_int_equal(get_i(11, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+}
+
+/* -- Eviction, verify, clear ----------------------------------------------- */
+
+static void pause_ms(int ms)
+{
+  struct timespec ts = { 0, ms * 1000000L };
+  nanosleep(&ts, NULL);
+}
+
+static void test_store_prune_lru(void **state)
+{
+  (void)state;
+  store_meta m;
+  char so[PATH_MAX];
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(put_n(20 + i, 4096), 0);
+    pause_ms(30);              /* distinct mtimes order same-second entries */
+  }
+  assert_int_equal(get_i(20, &m, so, sizeof so), 0);   /* 20 is now newest */
+  store_meta_free(&m);
+  assert_int_equal(store_prune(2 * 4096), 4096);
+  assert_int_equal(get_i(21, &m, so, sizeof so), -1);  /* the LRU one went */
+  assert_int_equal(get_i(20, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  assert_int_equal(get_i(22, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  assert_int_equal(store_prune(1 << 30), 0);
+  assert_int_equal(store_prune(0), 2 * 4096);
+  uint64_t n, bytes;
+  store_totals(&n, &bytes, NULL);
+  assert_int_equal(n + bytes, 0);
+}
+
+static void test_store_max_mb(void **state)
+{
+  (void)state;
+  store_meta m;
+  char so[PATH_MAX];
+  setenv("TC_CACHE_MAX_MB", "1", 1);
+  for (int i = 0; i < 3; i++) {  /* 3 x 400 KiB under a 1 MiB cap */
+    assert_int_equal(put_n(30 + i, 400 << 10), 0);
+    pause_ms(30);
+  }
+  unsetenv("TC_CACHE_MAX_MB");
+  assert_int_equal(get_i(30, &m, so, sizeof so), -1);
+  assert_int_equal(get_i(31, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  assert_int_equal(get_i(32, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+}
+
+/* A file made to look old enough for verify to reap. */
+static void make_old(const char *path)
+{
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("leftover", f);
+  fclose(f);
+  struct timespec t[2] = { { time(NULL) - 7200, 0 }, { time(NULL) - 7200, 0 } };
+  assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static void test_store_verify(void **state)
+{
+  (void)state;
+  char so[PATH_MAX], key[STORE_KEY_LEN + 1], p[PATH_MAX + 80];
+  assert_int_equal(put_one(40), 0);
+  assert_int_equal(put_one(41), 0);
+  assert_int_equal(store_verify(NULL), 0);
+  art_of(40, so, sizeof so);
+  assert_int_equal(truncate(so, 10), 0);
+  key_for(41, key);
+  snprintf(p, sizeof p, "%s/%.2s/.tmp-1-2-3", store_root(), key);
+  make_old(p);                 /* a crashed writer's temp */
+  snprintf(p, sizeof p, "%s/%.2s/%s-%032d.so", store_root(), key, key, 7);
+  make_old(p);                 /* an artifact no meta names */
+  char *rep = NULL;
+  size_t len;
+  FILE *f = open_memstream(&rep, &len);
+  assert_int_equal(store_verify(f), 3);
+  fclose(f);
+  assert_non_null(strstr(rep, "10 bytes, meta says 1040"));
+  assert_non_null(strstr(rep, "stale temporary"));
+  assert_non_null(strstr(rep, "orphaned artifact"));
+  free(rep);
+  assert_false(exists(so));
+  assert_false(exists(p));
+  assert_int_equal(store_verify(NULL), 0);
+  store_meta m;
+  assert_int_equal(get_i(41, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  assert_int_equal(get_i(40, &m, so, sizeof so), -1);
+}
+
+static int count_visit(void *ctx, const char *path, const store_meta *m)
+{
+  int *c = ctx;
+  (void)path;
+  c[m ? 0 : 1]++;
+  return 0;
+}
+
+static void test_store_each_clear(void **state)
+{
+  (void)state;
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(put_one(50 + i), 0);
+  write_meta(52, "garbage\n");
+  int c[2] = { 0, 0 };
+  assert_int_equal(store_each(count_visit, c), 5);
+  assert_int_equal(c[0], 4);
+  assert_int_equal(c[1], 1);   /* the unparsable one, passed as NULL */
+  assert_int_equal(store_clear(), 5);
+  uint64_t n;
+  store_totals(&n, NULL, NULL);
+  assert_int_equal(n, 0);
+  assert_int_equal(store_each(count_visit, c), 0);
+  store_meta m;
+  char so[PATH_MAX];
+  assert_int_equal(get_i(50, &m, so, sizeof so), -1);
+  assert_int_equal(put_one(50), 0);   /* usable after a clear */
+  assert_int_equal(get_i(50, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+}
+
+/* -- Main ------------------------------------------------------------------ */
+
+/* `--populate DIR N`: N fake entries in DIR, for test_dump.sh. */
+static int populate(const char *dir, int n)
+{
+  char why[256];
+  if (store_open(dir, why, sizeof why) < 0) {
+    fprintf(stderr, "test_store: %s\n", why);
+    return 1;
+  }
+  for (int i = 0; i < n; i++)
+    if (put_one(i) < 0) {
+      fprintf(stderr, "test_store: put %d failed\n", i);
+      return 1;
+    }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc == 4 && strcmp(argv[1], "--populate") == 0)
+    return populate(argv[2], atoi(argv[3]));
+  const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    T(test_store_key),
+    T(test_store_roundtrip),
+    T(test_store_open_env),
+    T(test_store_truncated),
+    T(test_store_corrupted_byte),
+    T(test_store_missing_artifact),
+    T(test_store_garbage_meta),
+    T(test_store_permissions),
+    T(test_store_readonly_root),
+    T(test_store_write_fails),
+    T(test_store_concurrent_put),
+    T(test_store_get_races_put),
+    T(test_store_prune_lru),
+    T(test_store_max_mb),
+    T(test_store_verify),
+    T(test_store_each_clear),
+#undef T
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,338 @@
+/*
+** tc-dump -- inspect and maintain tc's on-disk kernel store (DESIGN.md
+** "Artifacts"). Everything goes through store.h, so the tool reads the
+** store exactly as the runtime does. Exit: 0 ok, 1 problem found, 2 usage.
+*/
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../src/cache/store.h"
+
+#define EXIT_PROBLEM 1
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+  "usage: tc-dump list\n"
+  "       tc-dump show KEY-PREFIX\n"
+  "       tc-dump stats\n"
+  "       tc-dump verify\n"
+  "       tc-dump prune [--max-mb N]\n"
+  "       tc-dump clear\n"
+  "       tc-dump --help\n";
+
+static const char help_text[] =
+  "NAME\n"
+  "    tc-dump - inspect and maintain the tc kernel cache on disk\n"
+  "\n"
+  "SYNOPSIS\n"
+  "    tc-dump list\n"
+  "    tc-dump show KEY-PREFIX\n"
+  "    tc-dump stats\n"
+  "    tc-dump verify\n"
+  "    tc-dump prune [--max-mb N]\n"
+  "    tc-dump clear\n"
+  "    tc-dump -h | --help\n"
+  "\n"
+  "DESCRIPTION\n"
+  "    With TC_COMPILE=1, tc compiles hot regions into fused kernels and\n"
+  "    keeps each one on disk: an artifact (a shared object) named by its\n"
+  "    checksum, and a metadata file holding the kernel IR, the generated\n"
+  "    source, the guards, the compile time and the hit count. Later\n"
+  "    processes load kernels from there instead of compiling them.\n"
+  "    tc-dump reads and maintains that store with the same code the\n"
+  "    runtime uses, so it sees exactly what a program would load.\n"
+  "\n"
+  "COMMANDS\n"
+  "    list    One line per kernel: key, backend, kind and instruction\n"
+  "            count, shape, hits, compile time, artifact bytes. Entries\n"
+  "            whose metadata cannot be read are reported on stderr.\n"
+  "    show KEY-PREFIX\n"
+  "            Every metadata field of the one kernel whose key starts\n"
+  "            with KEY-PREFIX, then its IR, generated source and guards.\n"
+  "            A prefix matching no kernel, or more than one, is an error.\n"
+  "    stats   Number of entries, artifact bytes, total hits, the root.\n"
+  "    verify  Check every entry (metadata parses, artifact present, size\n"
+  "            and checksum match, owned by you and not writable by\n"
+  "            others); report and remove bad entries, orphaned artifacts\n"
+  "            and stale temporary files.\n"
+  "    prune [--max-mb N]\n"
+  "            Evict least recently used kernels until the artifacts take\n"
+  "            at most N MiB (default: TC_CACHE_MAX_MB, else 1024).\n"
+  "    clear   Remove every kernel.\n"
+  "\n"
+  "ENVIRONMENT\n"
+  "    TC_CACHE_DIR    the store's root (default $XDG_CACHE_HOME/tc, else\n"
+  "                    ~/.cache/tc)\n"
+  "    TC_CACHE        0 disables the store; tc-dump then has nothing to\n"
+  "                    read and exits 1\n"
+  "    TC_CACHE_MAX_MB the size cap, in MiB, used by prune by default\n"
+  "\n"
+  "EXIT STATUS\n"
+  "    0  success\n"
+  "    1  a problem was found: verify removed bad entries, show matched\n"
+  "       no kernel or several, an entry could not be read, or the store\n"
+  "       cannot be opened\n"
+  "    2  bad usage: unknown command, missing or extra arguments\n"
+  "\n"
+  "FILES\n"
+  "    <root>/v1/<kk>/<key>.meta        metadata of kernel <key>\n"
+  "    <root>/v1/<kk>/<key>-<sum>.so    its artifact; <sum> is the xxh3-128\n"
+  "                                     checksum of its bytes\n"
+  "    <kk> is the key's first two hex digits; every directory is mode\n"
+  "    0700 and every file 0600.\n";
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+  fprintf(stderr, "tc-dump: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n%s", usage_text);
+  return EXIT_USAGE;
+}
+
+/* -- list ----------------------------------------------------------------- */
+
+static int list_one(void *ctx, const char *path, const store_meta *m)
+{
+  int *unreadable = ctx;
+  if (!m) {
+    fprintf(stderr, "tc-dump: %s: unreadable metadata (see tc-dump verify)\n",
+            path);
+    (*unreadable)++;
+    return 0;
+  }
+  printf("%s  %-4s %-9s %5d instrs  %-24s %8" PRIu64 " hits %9.1f ms "
+         "%10" PRIu64 " bytes\n", m->key, m->backend, m->kind, m->instrs,
+         m->shape, m->hits, m->compile_ms, m->bytes);
+  return 0;
+}
+
+static int cmd_list(void)
+{
+  int unreadable = 0;
+  if (store_each(list_one, &unreadable) < 0) {
+    fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
+    return EXIT_PROBLEM;
+  }
+  return unreadable ? EXIT_PROBLEM : 0;
+}
+
+/* -- show ----------------------------------------------------------------- */
+
+typedef struct {
+  const char *prefix;
+  size_t len;
+  int matches;
+  char key[STORE_KEY_LEN + 1];    /* the first match */
+} find_ctx;
+
+static int find_one(void *ctx, const char *path, const store_meta *m)
+{
+  find_ctx *f = ctx;
+  (void)path;
+  if (m && strncmp(m->key, f->prefix, f->len) == 0 && f->matches++ == 0)
+    memcpy(f->key, m->key, sizeof f->key);
+  return 0;
+}
+
+static void print_time(const char *name, int64_t t)
+{
+  char buf[64] = "?";
+  time_t tt = (time_t)t;
+  struct tm tm;
+  if (localtime_r(&tt, &tm))
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm);
+  printf("%-11s %" PRId64 " (%s)\n", name, t, buf);
+}
+
+static void print_section(const char *name, const char *text)
+{
+  size_t n = text ? strlen(text) : 0;
+  printf("\n--- %s ---\n%s%s", name, text ? text : "(none)",
+         n && text[n - 1] == '\n' ? "" : "\n");
+}
+
+static int show_one(void *ctx, const char *path, const store_meta *m)
+{
+  const char *key = ctx;
+  if (!m || strcmp(m->key, key) != 0)
+    return 0;
+  const char *slash = strrchr(path, '/');
+  int dirlen = slash ? (int)(slash - path) : 0;
+  printf("%-11s %s\n", "key:", m->key);
+  printf("%-11s %.*s/%s\n", "artifact:", dirlen, path, m->artifact);
+  printf("%-11s %s\n", "meta:", path);
+  printf("%-11s %s\n", "checksum:", m->checksum);
+  printf("%-11s %" PRIu64 "\n", "bytes:", m->bytes);
+  printf("%-11s %s\n", "backend:", m->backend);
+  printf("%-11s %s\n", "target:", m->target);
+  printf("%-11s %s\n", "compiler:", m->compiler);
+  printf("%-11s %s\n", "codegen:", m->codegen);
+  printf("%-11s %s\n", "kind:", m->kind);
+  printf("%-11s %s\n", "shape:", m->shape);
+  printf("%-11s %d\n", "instrs:", m->instrs);
+  printf("%-11s %.3f\n", "compile_ms:", m->compile_ms);
+  print_time("created:", m->created);
+  print_time("last_used:", m->last_used);
+  printf("%-11s %" PRIu64 "\n", "hits:", m->hits);
+  print_section("ir", m->ir);
+  print_section("source", m->source);
+  print_section("guards", m->guards);
+  return 1;
+}
+
+static int cmd_show(const char *prefix)
+{
+  find_ctx f = { prefix, strlen(prefix), 0, "" };
+  if (store_each(find_one, &f) < 0) {
+    fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
+    return EXIT_PROBLEM;
+  }
+  if (f.matches != 1) {
+    fprintf(stderr, "tc-dump: %s: %s\n", prefix,
+            f.matches ? "ambiguous prefix (matches several kernels; give "
+                        "more digits)"
+                      : "no kernel with this key prefix");
+    return EXIT_PROBLEM;
+  }
+  store_each(show_one, f.key);
+  return 0;
+}
+
+/* -- stats, verify, prune, clear ------------------------------------------ */
+
+static int cmd_stats(void)
+{
+  uint64_t entries, bytes, hits;
+  store_totals(&entries, &bytes, &hits);
+  printf("root:      %s\n", store_root());
+  printf("entries:   %" PRIu64 "\n", entries);
+  printf("bytes:     %" PRIu64 " (%.1f MiB)\n", bytes,
+         (double)bytes / (1 << 20));
+  printf("hits:      %" PRIu64 "\n", hits);
+  return 0;
+}
+
+static int cmd_verify(void)
+{
+  uint64_t entries;
+  int problems = store_verify(stdout);
+  if (problems < 0) {
+    fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
+    return EXIT_PROBLEM;
+  }
+  store_totals(&entries, NULL, NULL);
+  if (problems) {
+    printf("%d problem%s found and removed; %" PRIu64 " good entries\n",
+           problems, problems == 1 ? "" : "s", entries);
+    return EXIT_PROBLEM;
+  }
+  printf("ok: %" PRIu64 " entries verified\n", entries);
+  return 0;
+}
+
+/* A size in MiB: a whole non-negative number. */
+static int parse_mb(const char *s, uint64_t *mb)
+{
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (!*s || *s == '-' || *end || errno || v > (UINT64_MAX >> 20))
+    return -1;
+  *mb = v;
+  return 0;
+}
+
+static int cmd_prune(int argc, char **argv)
+{
+  uint64_t mb = 1024;
+  const char *env = getenv("TC_CACHE_MAX_MB");
+  if (env && *env && parse_mb(env, &mb) < 0)
+    fprintf(stderr, "tc-dump: ignoring TC_CACHE_MAX_MB=%s\n", env);
+  if (argc == 2 && strncmp(argv[0], "--max-mb", 9) == 0) {
+    if (parse_mb(argv[1], &mb) < 0)
+      return bad_usage("--max-mb wants a whole number of MiB, not '%s'",
+                       argv[1]);
+  } else if (argc == 1 && strncmp(argv[0], "--max-mb=", 9) == 0) {
+    if (parse_mb(argv[0] + 9, &mb) < 0)
+      return bad_usage("--max-mb wants a whole number of MiB, not '%s'",
+                       argv[0] + 9);
+  } else if (argc != 0) {
+    return bad_usage("prune: unexpected argument '%s'", argv[0]);
+  }
+  int64_t freed = store_prune(mb << 20);
+  if (freed < 0) {
+    fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
+    return EXIT_PROBLEM;
+  }
+  uint64_t entries, bytes;
+  store_totals(&entries, &bytes, NULL);
+  printf("freed %" PRId64 " bytes; %" PRIu64 " entries, %" PRIu64
+         " bytes remain (cap %" PRIu64 " MiB)\n", freed, entries, bytes, mb);
+  return 0;
+}
+
+static int cmd_clear(void)
+{
+  int n = store_clear();
+  if (n < 0) {
+    fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
+    return EXIT_PROBLEM;
+  }
+  printf("removed %d entr%s from %s\n", n, n == 1 ? "y" : "ies",
+         store_root());
+  return 0;
+}
+
+/* -- main ----------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(help_text, stdout);
+      return 0;
+    }
+  if (argc < 2)
+    return bad_usage("%s", "no command given");
+  const char *cmd = argv[1];
+  int nargs = argc - 2;
+  static const char *const plain[] = { "list", "stats", "verify", "clear" };
+  bool known = strcmp(cmd, "show") == 0 || strcmp(cmd, "prune") == 0;
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+    if (strcmp(cmd, plain[i]) == 0) {
+      known = true;
+      if (nargs)
+        return bad_usage("unexpected argument '%s'", argv[2]);
+    }
+  if (!known)
+    return bad_usage("unknown command '%s'", cmd);
+  if (strcmp(cmd, "show") == 0 && nargs != 1)
+    return bad_usage("%s", "show wants one KEY-PREFIX");
+  char why[512];
+  if (store_open(NULL, why, sizeof why) < 0) {
+    fprintf(stderr, "tc-dump: the kernel store cannot be used: %s\n", why);
+    return EXIT_PROBLEM;
+  }
+  int rc;
+  if (strcmp(cmd, "list") == 0)
+    rc = cmd_list();
+  else if (strcmp(cmd, "show") == 0)
+    rc = cmd_show(argv[2]);
+  else if (strcmp(cmd, "stats") == 0)
+    rc = cmd_stats();
+  else if (strcmp(cmd, "verify") == 0)
+    rc = cmd_verify();
+  else if (strcmp(cmd, "prune") == 0)
+    rc = cmd_prune(nargs, argv + 2);
+  else
+    rc = cmd_clear();
+  store_close();
+  if (fflush(stdout) != 0)
+    rc = EXIT_PROBLEM;
+  return rc;
+}
