@@ -69,6 +69,8 @@ static inline void eager_count(eager_stat s)
   atomic_fetch_add_explicit(&eager_stats[s], 1, memory_order_relaxed);
 }
 void eager_add_compile_ms(double ms);
+/* Note that a region just ran compiled (records the first time). */
+void eager_note_compiled_run(void);
 
 /* -- Thread pool ----------------------------------------------------------- */
 

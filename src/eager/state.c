@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "eager.h"
@@ -12,6 +13,20 @@
 _Atomic uint64_t eager_stats[ST__MAX];
 static _Atomic uint64_t compile_us;   /* compile time, microseconds */
 static eager_config cfg;
+static double t_init, t_first_compiled;   /* ms, CLOCK_MONOTONIC */
+
+static double mono_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void eager_note_compiled_run(void)
+{
+  if (t_first_compiled == 0)
+    t_first_compiled = mono_ms();
+}
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static bool env_flag(const char *name, bool dflt)
@@ -30,8 +45,8 @@ static void print_stats(void)
   fprintf(stderr,
           "tc stats: ops %llu regions %llu (compiled %llu, eager %llu) "
           "kernels compiled %llu loaded %llu launched %llu guard_failures "
-          "%llu compile_failures %llu compile_ms %.1f pool hits %llu "
-          "misses %llu\n",
+          "%llu compile_failures %llu compile_ms %.1f first_compiled_ms %.1f "
+          "pool hits %llu misses %llu\n",
           (unsigned long long)s.ops, (unsigned long long)s.regions,
           (unsigned long long)s.regions_compiled,
           (unsigned long long)s.regions_eager,
@@ -40,11 +55,13 @@ static void print_stats(void)
           (unsigned long long)s.kernels_launched,
           (unsigned long long)s.guard_failures,
           (unsigned long long)s.compile_failures, s.compile_ms,
+          s.first_compiled_ms,
           (unsigned long long)s.pool_hits, (unsigned long long)s.pool_misses);
 }
 
 static void init_once(void)
 {
+  t_init = mono_ms();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cfg.threads = cores > 0 ? (int)cores : 1;
   const char *t = getenv("TC_THREADS");
@@ -108,6 +125,7 @@ void tc_stats_get(tc_stats *out)
   out->guard_failures = eager_stats[ST_GUARD_FAILURES];
   out->compile_failures = eager_stats[ST_COMPILE_FAILURES];
   out->compile_ms = (double)compile_us / 1000.0;
+  out->first_compiled_ms = t_first_compiled ? t_first_compiled - t_init : 0;
   tensor_alloc_stats(&out->bytes_allocated, &out->pool_hits,
                      &out->pool_misses);
 }

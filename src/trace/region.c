@@ -547,6 +547,7 @@ static int realize(reqs *q)
     if (rc == 0) {
       e->runs_compiled++;
       eager_count(ST_REGIONS_COMPILED);
+      eager_note_compiled_run();
     }
   }
   if (rc != 0) {
