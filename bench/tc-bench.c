@@ -13,7 +13,9 @@
 **
 ** Uses only include/tc.h, libc, libm and pthreads. See bench/README.md.
 */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>

@@ -131,7 +131,10 @@ void kir_print(const kir_kernel *k, FILE *out)
   }
   for (int p = 0; p < k->npasses; p++) {
     const kir_pass *ps = &k->pass[p];
-    if (ps->kind == KIR_PASS_REDUCE)
+    if (ps->kind == KIR_PASS_REDUCE && ps->out >= 0)
+      fprintf(out, "  pass%d reduce %s %%%d, store buf%d\n", p,
+              red_name[ps->red], ps->value, ps->out);
+    else if (ps->kind == KIR_PASS_REDUCE)
       fprintf(out, "  pass%d reduce %s %%%d\n", p, red_name[ps->red],
               ps->value);
     else

@@ -76,7 +76,10 @@ typedef struct {
 } kir_buf;
 
 typedef enum {
-  KIR_PASS_REDUCE,   /* rowvar[pass] = fold(op, value) over the row */
+  KIR_PASS_REDUCE,   /* rowvar[pass] = fold(op, value) over the row; with
+                        out >= 0 the value is also stored at each position
+                        (a later pass may LOAD that OUT buffer back: same
+                        row, same position) */
   KIR_PASS_STORE,    /* buf[out] = value at each row position (or point) */
   KIR_PASS_STORE_ROW /* buf[out] = value once per row (row axis unused;
                         its value uses no LOAD) */
@@ -87,7 +90,8 @@ typedef enum { KIR_RED_SUM, KIR_RED_MAX, KIR_RED_MIN } kir_red;
 typedef struct {
   uint8_t kind;      /* kir_pass_kind */
   uint8_t red;       /* kir_red, REDUCE */
-  int16_t out;       /* STORE*: buffer index */
+  int16_t out;       /* STORE*: buffer index; REDUCE: -1, or a buffer
+                        to store the folded values in */
   int32_t value;     /* instruction whose value is folded or stored */
 } kir_pass;
 

@@ -621,14 +621,20 @@ static int eval(fb *b, int n, const vmap *m)
   return v;
 }
 
-static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
+/* The OUT buffer that holds node n's value (coordinates m). */
+static int out_buffer(fb *b, int n, const vmap *m)
 {
   int64_t vst[TC_MAX_DIMS], kst[TC_MAX_DIMS + 1];
   tc_dtype dt;
-  fuse_ref r = b->where[n];
-  ref_layout(b, r, n, vst, &dt);
+  ref_layout(b, b->where[n], n, vst, &dt);
   fold(b, m, vst, kst);
-  int buf = buffer(b, KIR_OUT, r, 0, dt, kst);
+  return buffer(b, KIR_OUT, b->where[n], 0, dt, kst);
+}
+
+static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
+{
+  int buf = out_buffer(b, n, m);
+  tc_dtype dt = buf < 0 ? TC_F32 : (tc_dtype)b->k->buf[buf].dtype;
   if (buf < 0 || b->k->npasses == KIR_MAX_PASSES)
     return fail(b, "too many passes");
   b->k->pass[b->k->npasses++] = (kir_pass){ (uint8_t)kind, 0, (int16_t)buf,
@@ -679,14 +685,21 @@ static int build_map(fb *b, int s)
   return 0;
 }
 
-static int reduce_pass(fb *b, kir_red red, int value)
+/* A REDUCE pass folding value; with out >= 0 it also stores each value. */
+static int reduce_pass_to(fb *b, kir_red red, int value, int out)
 {
   kir_kernel *k = b->k;
   if (value < 0 || k->npasses == KIR_MAX_PASSES)
     return -1;
   int p = k->npasses++;
-  k->pass[p] = (kir_pass){ KIR_PASS_REDUCE, (uint8_t)red, -1, value };
+  k->pass[p] = (kir_pass){ KIR_PASS_REDUCE, (uint8_t)red, (int16_t)out,
+                           value };
   return kir_rowvar(k, p);
+}
+
+static int reduce_pass(fb *b, kir_red red, int value)
+{
+  return reduce_pass_to(b, red, value, -1);
 }
 
 /* A ROWS kernel for reduction or composite n: the reduced dim is the row
@@ -799,12 +812,23 @@ static int build_rows(fb *b, int s, int n)
       return fail(b, "kernel too large");
     break;
   }
-  case TC_OP_SOFTMAX:
+  case TC_OP_SOFTMAX: {
+    /* As the eager kernel: the exps are stored while summed, then divided
+    ** in place, so exp runs once per element. */
+    int m = reduce_pass(b, KIR_RED_MAX, x);
+    int ob = out_buffer(b, n, &om);
+    int sum = ob < 0 ? -1 : reduce_pass_to(b, KIR_RED_SUM, EXP(SUB(x, m)),
+                                           ob);
+    int e = sum < 0 ? -1 : kir_load(k, ob);
+    if (m < 0 || sum < 0 || e < 0 ||
+        store(b, n, &om, KIR_PASS_STORE, DIV(e, sum)) < 0)
+      return fail(b, "kernel too large");
+    break;
+  }
   case TC_OP_LOG_SOFTMAX: {
     int m = reduce_pass(b, KIR_RED_MAX, x);
     int sum = reduce_pass(b, KIR_RED_SUM, EXP(SUB(x, m)));
-    int v = nd->op == TC_OP_SOFTMAX ? DIV(EXP(SUB(x, m)), sum)
-                                    : SUB(SUB(x, m), LOG(sum));
+    int v = SUB(SUB(x, m), LOG(sum));
     if (m < 0 || sum < 0 || store(b, n, &om, KIR_PASS_STORE, v) < 0)
       return fail(b, "kernel too large");
     break;

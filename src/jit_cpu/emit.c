@@ -449,6 +449,9 @@ static void lane_step(cg *g, const kir_pass *ps, gcc_jit_lvalue *acc,
   gcc_jit_rvalue *r = comb(g, ps->red, dt, gcc_jit_lvalue_as_rvalue(al), v);
   jb_assign(j, gcc_jit_context_new_array_access(
                  j->ctx, NULL, gcc_jit_lvalue_as_rvalue(acc), l), r);
+  if (ps->out >= 0)   /* a storing reduction: keep the folded value too */
+    jb_assign(j, elem(g, ps->out),
+              convert(g, v, dt, g->k->buf[ps->out].dtype));
   scope_pop(g, prev);
   g->at = NULL;
 }
