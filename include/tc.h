@@ -213,7 +213,8 @@ TC_API tc_tensor *tc_unsqueeze(tc_tensor *a, int dim);
 /* dim of size 1 removed; dim == TC_ALL_DIMS removes every size-1 dim. */
 #define TC_ALL_DIMS (-128)
 TC_API tc_tensor *tc_squeeze(tc_tensor *a, int dim);
-/* a itself (retained) when already contiguous, else a contiguous copy. */
+/* A new handle on a's data when a is already contiguous (no copy), else a
+** contiguous copy. Either way a new reference of its own. */
 TC_API tc_tensor *tc_contiguous(tc_tensor *a);
 
 /* -- In-place (write through views into the shared storage) ---------------- */
@@ -238,7 +239,7 @@ TC_API int tc_fill_(tc_tensor *dst, double value);
 /* -- Devices --------------------------------------------------------------- */
 
 TC_API bool tc_cuda_available(void);
-/* Copy to "cpu" or "cuda" (returns t retained when already there). */
+/* Copy to "cpu" or "cuda" (a new handle on t's data when already there). */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
 
 /* -- Control and introspection --------------------------------------------- */

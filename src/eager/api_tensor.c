@@ -424,8 +424,11 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
     tc_seterr_null(fn);
     return NULL;
   }
-  if (strcmp(device, "cpu") == 0)
-    return handed_out(tc_retain(t));
+  if (strcmp(device, "cpu") == 0) {   /* a new handle on the same data */
+    tensor_geom g;
+    tensor_geom_of(t, &g);
+    return handed_out(view_of(fn, t, &g));
+  }
   if (strncmp(device, "cuda", 4) == 0) {
     tc_seterr(TC_E_DEVICE, "%s: CUDA is not available in this build (no "
               "CUDA backend yet)", fn);

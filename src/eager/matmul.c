@@ -88,11 +88,13 @@ static tc_tensor *cpu_view(const eager_call *c)
   return tensor_new_view(c->in[0], g->ndim, g->shape, g->stride, g->offset);
 }
 
+/* Already contiguous: a new handle on the same data (its own reference,
+** so a scope tracks it like any result); else a copy. */
 static tc_tensor *cpu_contiguous(const eager_call *c)
 {
   const tc_tensor *t = c->in[0];
   if (tensor_is_contiguous(t) && t->dtype == c->dtype)
-    return tc_retain((tc_tensor *)t);
+    return tensor_new_view(t, t->ndim, t->shape, t->stride, t->offset);
   return eager_contiguous_copy(t, c->dtype);
 }
 
