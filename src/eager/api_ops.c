@@ -210,23 +210,32 @@ int tc_fill_(tc_tensor *d, double v) { return inplace(__func__, TC_OP_FILL_, d, 
 
 /* -- Reductions -------------------------------------------------------------- */
 
-static tc_tensor *reduction(const char *fn, tc_op op, tc_tensor *a, int dim,
-                            bool keepdim)
+/* The checks and call of an op over one dim of a: false with the error set
+** when they fail. */
+static bool dim_call(eager_call *c, const char *fn, tc_op op, tc_tensor *a,
+                     int dim)
 {
   eager_init();
   if (any_null(fn, 1, &a))
-    return NULL;
+    return false;
   int d = tensor_wrap_dim(fn, dim, a->ndim);
   if (d < 0)
-    return NULL;
+    return false;
+  call_init(c, fn, op, 1, &a);
+  c->dim = d;
+  c->dtype = c->cdtype = tensor_result_dtype(
+    fn, op, 1, (const tc_tensor *const *)&a, NULL);
+  return c->dtype != TC_DTYPE__MAX;
+}
+
+static tc_tensor *reduction(const char *fn, tc_op op, tc_tensor *a, int dim,
+                            bool keepdim)
+{
   eager_call c;
-  call_init(&c, fn, op, 1, &a);
-  c.dim = d;
-  c.keepdim = keepdim;
-  c.dtype = tensor_result_dtype(fn, op, 1, (const tc_tensor *const *)&a,
-                                NULL);
-  if (c.dtype == TC_DTYPE__MAX)
+  if (!dim_call(&c, fn, op, a, dim))
     return NULL;
+  int d = c.dim;
+  c.keepdim = keepdim;
   if (op == TC_OP_MEAN && !tensor_dtype_is_float((tc_dtype)a->dtype)) {
     tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s (mean needs a "
               "floating-point tensor; cast it first)", fn,
@@ -246,7 +255,6 @@ static tc_tensor *reduction(const char *fn, tc_op op, tc_tensor *a, int dim,
     else if (keepdim)
       c.shape[c.ndim++] = 1;
   }
-  c.cdtype = c.dtype;
   return handed_out(eager_dispatch(&c));
 }
 
@@ -290,18 +298,9 @@ tc_tensor *tc_sum_all(tc_tensor *a)
 static tc_tensor *softmax_like(const char *fn, tc_op op, tc_tensor *a,
                                int dim)
 {
-  eager_init();
-  if (any_null(fn, 1, &a))
-    return NULL;
-  int d = tensor_wrap_dim(fn, dim, a->ndim);
-  if (d < 0)
-    return NULL;
   eager_call c;
-  call_init(&c, fn, op, 1, &a);
-  c.dim = d;
-  c.dtype = c.cdtype = tensor_result_dtype(fn, op, 1,
-                                           (const tc_tensor *const *)&a,
-                                           NULL);
+  if (!dim_call(&c, fn, op, a, dim))
+    return NULL;
   c.ndim = a->ndim;
   memcpy(c.shape, a->shape, sizeof(int64_t) * a->ndim);
   return handed_out(eager_dispatch(&c));

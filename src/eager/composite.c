@@ -18,27 +18,6 @@
 
 #define ROW_GRAIN 8
 
-/* x with dim moved innermost, contiguous, in dtype dt (new reference). */
-static tc_tensor *rows_view(const tc_tensor *t, int dim, tc_dtype dt)
-{
-  tensor_geom g;
-  tensor_geom_of(t, &g);
-  int perm[TC_MAX_DIMS], k = 0;
-  for (int d = 0; d < t->ndim; d++)
-    if (d != dim)
-      perm[k++] = d;
-  if (t->ndim > 0) {
-    perm[k] = dim;
-    tensor_geom_permute("rows", &g, t->ndim, perm);
-  }
-  tc_tensor *v = tensor_new_view(t, g.ndim, g.shape, g.stride, g.offset);
-  if (!v || (tensor_is_contiguous(v) && v->dtype == dt))
-    return v;
-  tc_tensor *c = eager_contiguous_copy(v, dt);
-  tensor_unref(v);
-  return c;
-}
-
 /* Write rows (computed with dim innermost) back into out's layout. */
 static void rows_store(tc_tensor *out, tc_tensor *rows, int dim)
 {
@@ -133,7 +112,7 @@ static tc_tensor *cpu_softmax(const eager_call *c)
   const tc_tensor *t = c->in[0];
   int dim = c->dim;
   tc_tensor *out = tensor_new(c->dtype, c->ndim, c->shape);
-  tc_tensor *x = out ? rows_view(t, dim, c->dtype) : NULL;
+  tc_tensor *x = out ? eager_rows_of(t, dim, c->dtype) : NULL;
   bool in_place = dim == t->ndim - 1 || t->ndim <= 1;
   tc_tensor *rows = !x ? NULL : in_place ? tensor_ref(out)
                     : tensor_new(c->dtype, x->ndim, x->shape);
@@ -160,13 +139,13 @@ static tc_tensor *cpu_layer_norm(const eager_call *c)
   tc_dtype dt = c->dtype;
   const tc_tensor *t = c->in[0];
   tc_tensor *out = tensor_new(dt, c->ndim, c->shape);
-  tc_tensor *x = out ? rows_view(t, t->ndim - 1, dt) : NULL;
+  tc_tensor *x = out ? eager_rows_of(t, t->ndim - 1, dt) : NULL;
   tc_tensor *g = NULL, *b = NULL;
   bool ok = x != NULL;
   if (ok && c->in[1])
-    ok = (g = rows_view(c->in[1], c->in[1]->ndim - 1, dt)) != NULL;
+    ok = (g = eager_rows_of(c->in[1], c->in[1]->ndim - 1, dt)) != NULL;
   if (ok && c->in[2])
-    ok = (b = rows_view(c->in[2], c->in[2]->ndim - 1, dt)) != NULL;
+    ok = (b = eager_rows_of(c->in[2], c->in[2]->ndim - 1, dt)) != NULL;
   if (ok && out->numel > 0) {
     int64_t n = t->shape[t->ndim - 1];
     row_job j = { c->op, tensor_ptr(x), tensor_ptr(out), n,

@@ -110,6 +110,9 @@ float eager_sum_f32(const float *x, int64_t n);
 double eager_sum_f64(const double *x, int64_t n);
 float eager_max_f32(const float *x, int64_t n);   /* NaN propagates */
 double eager_max_f64(const double *x, int64_t n);
+/* t with dim moved innermost, as contiguous rows in dtype dt: a view when
+** already so laid out, else a copy (a new reference either way). */
+tc_tensor *eager_rows_of(const tc_tensor *t, int dim, tc_dtype dt);
 /* Reduce t over dim (SUM, MAX or MIN) into out, whose dtype is the
 ** accumulation dtype; 0 or -1. */
 int eager_reduce_into(tc_op op, const tc_tensor *t, int dim, tc_tensor *out);

@@ -184,9 +184,9 @@ double eager_sum_f64(const double *x, int64_t n)
 
 /* -- Rows of a tensor ------------------------------------------------------- */
 
-/* x as `rows` contiguous rows of n: the reduced dim made innermost. Returns
-** a new reference (t itself when already so laid out, in dtype dt). */
-static tc_tensor *rows_of(const tc_tensor *t, int dim, tc_dtype dt)
+/* t with dim moved innermost, as contiguous rows in dtype dt: a view when
+** t is already so laid out, else a copy (new reference either way). */
+tc_tensor *eager_rows_of(const tc_tensor *t, int dim, tc_dtype dt)
 {
   tensor_geom g;
   tensor_geom_of(t, &g);
@@ -231,7 +231,7 @@ static int reduce_rows(reduce_kind rk, const tc_tensor *t, int dim,
                        tc_tensor *out)
 {
   tc_dtype dt = (tc_dtype)out->dtype;
-  tc_tensor *x = rows_of(t, dim, dt);
+  tc_tensor *x = eager_rows_of(t, dim, dt);
   if (!x)
     return -1;
   int64_t n = t->ndim ? t->shape[dim] : 1;
@@ -326,7 +326,7 @@ static tc_tensor *cpu_reduce(const eager_call *c)
     break;
   }
   case TC_OP_ARGMAX: {
-    tc_tensor *x = rows_of(t, c->dim, (tc_dtype)t->dtype);
+    tc_tensor *x = eager_rows_of(t, c->dim, (tc_dtype)t->dtype);
     if (!x) {
       rc = -1;
       break;

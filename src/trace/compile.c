@@ -552,16 +552,7 @@ static int run_extern(const trace_region *r, const fuse_plan *p,
 {
   const trace_node *n = r->nodes[st->node];
   eager_call c;
-  memset(&c, 0, sizeof c);
-  c.op = (tc_op)n->op;
-  c.fn = op_table[n->op].name;
-  c.nin = n->nin;
-  c.dim = n->dim;
-  c.keepdim = n->keepdim;
-  c.dtype = (tc_dtype)n->dtype;
-  c.cdtype = (tc_dtype)n->cdtype;
-  c.ndim = n->ndim;
-  memcpy(c.shape, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+  trace_call_of(n, &c);
   int rc = 0;
   for (int e = 0; e < n->nin && rc == 0; e++) {
     if (st->in[e].kind == FREF_NONE)

@@ -360,21 +360,26 @@ static tc_tensor *edge_tensor(const trace_edge *e, tc_tensor **val)
                          t->offset + g->offset);
 }
 
+void trace_call_of(const trace_node *n, eager_call *c)
+{
+  memset(c, 0, sizeof *c);
+  c->op = (tc_op)n->op;
+  c->fn = op_table[n->op].name;
+  c->nin = n->nin;
+  c->s[0] = n->s[0];
+  c->s[1] = n->s[1];
+  c->dim = n->dim;
+  c->keepdim = n->keepdim;
+  c->dtype = (tc_dtype)n->dtype;
+  c->cdtype = (tc_dtype)n->cdtype;
+  c->ndim = n->ndim;
+  memcpy(c->shape, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+}
+
 static tc_tensor *run_node(trace_node *n, tc_tensor **val)
 {
   eager_call c;
-  memset(&c, 0, sizeof c);
-  c.op = (tc_op)n->op;
-  c.fn = op_table[n->op].name;
-  c.nin = n->nin;
-  c.s[0] = n->s[0];
-  c.s[1] = n->s[1];
-  c.dim = n->dim;
-  c.keepdim = n->keepdim;
-  c.dtype = (tc_dtype)n->dtype;
-  c.cdtype = (tc_dtype)n->cdtype;
-  c.ndim = n->ndim;
-  memcpy(c.shape, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+  trace_call_of(n, &c);
   bool ok = true;
   for (int i = 0; i < n->nin; i++)
     if (n->in[i].node && !(c.in[i] = edge_tensor(&n->in[i], val)))

@@ -51,6 +51,9 @@ trace_pending *trace_pending_find(const tc_tensor *t);
 int trace_pending_set(tc_tensor *dst, trace_node *n);
 
 
+/* The eager_call that runs node n (inputs left NULL). */
+void trace_call_of(const trace_node *n, eager_call *c);
+
 /* Realization (region.c). Each returns 0 or -1 with the error set. */
 int trace_realize_tensor(tc_tensor *t);
 int trace_flush_storage(tensor_storage *s);
