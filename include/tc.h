@@ -63,8 +63,8 @@ typedef struct {
   uint64_t guard_failures;
   uint64_t compile_failures;
   double compile_ms;          /* total JIT compile time */
-  double first_compiled_ms;   /* from the first op to the end of the first
-                                 region run compiled (0: none yet) */
+  double first_compiled_ms;   /* from the first region realized to the end
+                                 of the first one run compiled (0: none) */
   uint64_t bytes_allocated;   /* bytes currently held by live storages */
   uint64_t pool_hits;         /* allocations served from the caching pool */
   uint64_t pool_misses;       /* allocations that went to the system */

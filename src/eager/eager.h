@@ -69,7 +69,9 @@ static inline void eager_count(eager_stat s)
   atomic_fetch_add_explicit(&eager_stats[s], 1, memory_order_relaxed);
 }
 void eager_add_compile_ms(double ms);
-/* Note that a region just ran compiled (records the first time). */
+/* Note that a region is realized / just ran compiled (the first times
+** give tc_stats.first_compiled_ms). */
+void eager_note_region(void);
 void eager_note_compiled_run(void);
 
 /* -- Thread pool ----------------------------------------------------------- */

@@ -13,13 +13,19 @@
 _Atomic uint64_t eager_stats[ST__MAX];
 static _Atomic uint64_t compile_us;   /* compile time, microseconds */
 static eager_config cfg;
-static double t_init, t_first_compiled;   /* ms, CLOCK_MONOTONIC */
+static double t_first_region, t_first_compiled;   /* ms, CLOCK_MONOTONIC */
 
 static double mono_ms(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void eager_note_region(void)
+{
+  if (t_first_region == 0)
+    t_first_region = mono_ms();
 }
 
 void eager_note_compiled_run(void)
@@ -61,7 +67,6 @@ static void print_stats(void)
 
 static void init_once(void)
 {
-  t_init = mono_ms();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cfg.threads = cores > 0 ? (int)cores : 1;
   const char *t = getenv("TC_THREADS");
@@ -125,7 +130,8 @@ void tc_stats_get(tc_stats *out)
   out->guard_failures = eager_stats[ST_GUARD_FAILURES];
   out->compile_failures = eager_stats[ST_COMPILE_FAILURES];
   out->compile_ms = (double)compile_us / 1000.0;
-  out->first_compiled_ms = t_first_compiled ? t_first_compiled - t_init : 0;
+  out->first_compiled_ms =
+    t_first_compiled ? t_first_compiled - t_first_region : 0;
   tensor_alloc_stats(&out->bytes_allocated, &out->pool_hits,
                      &out->pool_misses);
 }

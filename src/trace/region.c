@@ -546,6 +546,7 @@ static int realize(reqs *q)
   void *plan = e && e->state == CACHE_COMPILED ? e->plan : NULL;
   pthread_mutex_unlock(&table_lock);
   eager_count(ST_REGIONS);
+  eager_note_region();
   int rc = -1;
   if (plan && run_hook) {
     rc = run_hook(plan, r);
