@@ -338,6 +338,29 @@ static void w1_check(wl *w) {
   tc_release(out);
 }
 
+/* W1p: the same GELU written from primitive ops, as a user without tc_gelu
+** would: eager runs 9 ops (9 passes over memory), compiled fuses them. */
+static tc_tensor *gelu_prims(tc_tensor *x) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *x3 = CK(tc_mul(CK(tc_mul(x, x)), x));
+  tc_tensor *u = CK(tc_mul_scalar(CK(tc_add(x, CK(tc_mul_scalar(x3, 0.044715)))), 0.7978845608028654));
+  tc_tensor *y = tc_keep(CK(tc_mul(CK(tc_mul_scalar(x, 0.5)), CK(tc_add_scalar(CK(tc_tanh(u)), 1.0)))));
+  tc_scope_end(mark);
+  return y;
+}
+static void w1p_iter(wl *w) { consume(gelu_prims(w->t[0])); }
+static void w1p_check(wl *w) {
+  tc_tensor *out = gelu_prims(w->t[0]);
+  float *x = f32_data(w->t[0]), *y = f32_data(out);
+  for (long s = 0; s < NSAMPLE; s++) {
+    long i = sample_idx(s, M16);
+    if (!close_enough(y[i], gelu_ref(x[i]), 1e-5, 1e-4))
+      fail("gelu (primitives): element %ld: got %.9g for x = %.9g, expected %.9g", i, y[i], x[i],
+           gelu_ref(x[i]));
+  }
+  tc_release(out);
+}
+
 /* W2: row softmax 4096x4096 f32. */
 static void w2_setup(wl *w) { w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(4096, 4096), 2)); }
 static void w2_iter(wl *w) { consume(CK(tc_softmax(w->t[0], -1))); }
@@ -583,6 +606,8 @@ static void w7_check(wl *w) {
 
 static wl workloads[] = {
   {"W1", "gelu (tanh) 16M f32", w1_setup, w1_iter, w1_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
+  {"W1p", "gelu from 9 primitive ops 16M", w1_setup, w1p_iter, w1p_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "",
+   {0}, {0}, 0, 0},
   {"W2", "softmax 4096x4096 f32 dim -1", w2_setup, w2_iter, w2_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
   {"W3", "layer_norm 8192x1024 f32 +g,b", w3_setup, w3_iter, w3_check, 1, 2.0 * 8192 * 1024 * 4 + 2.0 * 1024 * 4, 0,
    {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
@@ -888,7 +913,7 @@ static void usage(FILE *f) {
           "usage: tc-bench [--quick] [--compiled] [--only ID,ID...] [--json FILE] [--reps N] [--keep-going]\n"
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
-          "  --only LIST   run only these workloads (ids: W1 W2 W3 W4 W4b W5 W6 W6m W7)\n"
+          "  --only LIST   run only these workloads (ids: W1 W1p W2 W3 W4 W4b W5 W6 W6m W7)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"
