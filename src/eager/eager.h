@@ -134,5 +134,6 @@ void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const double *a, int64_t lda, const double *b,
                     int64_t ldb, double *c, int64_t ldc);
 const char *eager_gemm_backend(void);
+void eager_gemm_init(void);   /* at init: the BLAS single-threaded */
 
 #endif

@@ -225,6 +225,15 @@ void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   eager_gemm_blocked_f64(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
+/* At library init: OpenBLAS's own threads would otherwise spin (yielding)
+** after load and steal cycles from every op until the first matmul. */
+void eager_gemm_init(void)
+{
+#ifdef TC_HAVE_CBLAS
+  blas_init();
+#endif
+}
+
 const char *eager_gemm_backend(void)
 {
 #if defined(TC_HAVE_CBLAS) && defined(OPENBLAS_VERSION)

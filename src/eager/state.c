@@ -82,6 +82,7 @@ static void init_once(void)
   eager_register_cpu_composite();
   eager_register_cpu_matmul();
   eager_register_cpu_misc();
+  eager_gemm_init();
   if (cfg.compile)
     eager_global_include(TC_KEYSET(TC_KEY_TRACE), true);
   if (cfg.stats_at_exit)

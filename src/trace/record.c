@@ -252,7 +252,11 @@ static trace_node *leaf_new(tc_tensor *t)
   if (!n)
     return NULL;
   n->leaf = tensor_ref(t);
-  n->hash = node_hash(n);
+  /* A leaf's hash depends on its rank alone: computed once per rank. */
+  static _Thread_local uint64_t by_rank[TC_MAX_DIMS + 1];
+  if (!by_rank[t->ndim])
+    by_rank[t->ndim] = node_hash(n);
+  n->hash = by_rank[t->ndim];
   return n;
 }
 
