@@ -338,6 +338,22 @@ static void w1_check(wl *w) {
   tc_release(out);
 }
 
+/* W0: one large memory-bound elementwise op: c = a + b over 16M f32. */
+static void w0_setup(wl *w) {
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(M16), 11));
+  w->t[1] = CK(tc_randn(TC_F32, TC_SHAPE(M16), 12));
+}
+static void w0_iter(wl *w) { consume(CK(tc_add(w->t[0], w->t[1]))); }
+static void w0_check(wl *w) {
+  tc_tensor *out = CK(tc_add(w->t[0], w->t[1]));
+  float *a = f32_data(w->t[0]), *b = f32_data(w->t[1]), *y = f32_data(out);
+  for (long s = 0; s < NSAMPLE; s++) {
+    long i = sample_idx(s, M16);
+    if (y[i] != a[i] + b[i]) fail("add: element %ld: got %.9g, expected %.9g", i, y[i], a[i] + b[i]);
+  }
+  tc_release(out);
+}
+
 /* W1p: the same GELU written from primitive ops, as a user without tc_gelu
 ** would: eager runs 9 ops (9 passes over memory), compiled fuses them. */
 static tc_tensor *gelu_prims(tc_tensor *x) {
@@ -605,6 +621,8 @@ static void w7_check(wl *w) {
 }
 
 static wl workloads[] = {
+  {"W0", "add 16M f32 (a + b)", w0_setup, w0_iter, w0_check, 1, 3.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0},
+   0, 0},
   {"W1", "gelu (tanh) 16M f32", w1_setup, w1_iter, w1_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
   {"W1p", "gelu from 9 primitive ops 16M", w1_setup, w1p_iter, w1p_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "",
    {0}, {0}, 0, 0},
@@ -913,7 +931,7 @@ static void usage(FILE *f) {
           "usage: tc-bench [--quick] [--compiled] [--only ID,ID...] [--json FILE] [--reps N] [--keep-going]\n"
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
-          "  --only LIST   run only these workloads (ids: W1 W1p W2 W3 W4 W4b W5 W6 W6m W7)\n"
+          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W3 W4 W4b W5 W6 W6m W7)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"
