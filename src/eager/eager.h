@@ -118,6 +118,11 @@ tc_tensor *eager_rows_of(const tc_tensor *t, int dim, tc_dtype dt);
 /* Reduce t over dim (SUM, MAX or MIN) into out, whose dtype is the
 ** accumulation dtype; 0 or -1. */
 int eager_reduce_into(tc_op op, const tc_tensor *t, int dim, tc_tensor *out);
+/* Combine m chunk partials p (of dtype dt) in the canonical pairwise order
+** into *out; kind 0 sum, 1 max, 2 min (ORDER RED: kir_red's order). Sums
+** exist for f32, f64 and i64 (narrower integers sum in i64); max and min
+** for every dtype. Returns -1 for a pair it does not do. */
+int eager_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out);
 /* Combine chunk partials in place, canonical pairwise order. */
 float eager_combine_f32(float *p, int64_t m);
 double eager_combine_f64(double *p, int64_t m);

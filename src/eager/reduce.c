@@ -131,19 +131,26 @@ static void chunks_range(void *ctx, int64_t lo, int64_t hi)
   }
 }
 
-static void combine_into(reduce_kind rk, tc_dtype dt, void *p, int64_t m,
-                         void *out)
+int eager_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out)
 {
-  switch (KEY(rk, dt)) {
+  switch (KEY(kind, dt)) {
 #define X(rk, dt, T, nm)                                                     \
   case KEY(rk, dt):                                                          \
     *(T *)out = combine_##nm((T *)p, m);                                     \
-    break;
+    return 0;
   ROW_CASES(X)
 #undef X
   default:
-    TC_ASSERT(0, "bad reduction");
+    return -1;
   }
+}
+
+static void combine_into(reduce_kind rk, tc_dtype dt, void *p, int64_t m,
+                         void *out)
+{
+  int rc = eager_combine(rk, dt, p, m, out);
+  TC_ASSERT(rc == 0, "bad reduction");
+  (void)rc;
 }
 
 /* Reduce one row; returns -1 on allocation failure. */

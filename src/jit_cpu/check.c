@@ -113,6 +113,14 @@ int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
       return BAD("pass%d: bad kind", p);
     if (ps->kind == KIR_PASS_REDUCE && ps->red > KIR_RED_MIN)
       return BAD("pass%d: bad reduction", p);
+    if (ps->kind == KIR_PASS_REDUCE && ps->red == KIR_RED_SUM &&
+        (k->ins[ps->value].dtype == TC_I32 ||
+         k->ins[ps->value].dtype == TC_BOOL))
+      return BAD("pass%d: sums of i32/bool are taken in i64 (cast first)", p);
+    if (ps->kind == KIR_PASS_REDUCE && ps->out >= 0 &&
+        (ps->out >= k->nbufs || k->buf[ps->out].role != KIR_OUT))
+      return BAD("pass%d: a storing reduction into buf%d, not an output", p,
+                 ps->out);
     if (ps->kind != KIR_PASS_REDUCE &&
         (ps->out < 0 || ps->out >= k->nbufs ||
          k->buf[ps->out].role != KIR_OUT))

@@ -386,51 +386,8 @@ static void run_pass(void *ctx, int64_t lo, int64_t hi)
   l->fn(l->bufs, l->scalars, l->dims, l->rowvars, l->partials, lo, hi);
 }
 
-/* Combine chunk partials pairwise by levels (reduce.c's COMBINE_FN) into
-** slot, for every (reduction, dtype) the emitter accepts. */
-#define C_ADD(x, y) ((x) + (y))
-#define C_ADDW(T, U, x, y) ((T)((U)(x) + (U)(y)))
-#define C_MAX(x, y) (((x) > (y) || (x) != (x)) ? (x) : (y))
-#define C_MIN(x, y) (((x) < (y) || (x) != (x)) ? (x) : (y))
-#define COMBINE(T, COMB)                                                     \
-  {                                                                          \
-    T *p = parts;                                                            \
-    while (m > 1) {                                                          \
-      int64_t h = m / 2;                                                     \
-      for (int64_t i = 0; i < h; i++)                                        \
-        p[i] = COMB(p[2 * i], p[2 * i + 1]);                                 \
-      if (m & 1)                                                             \
-        p[h] = p[m - 1];                                                     \
-      m = h + (m & 1);                                                       \
-    }                                                                        \
-    memcpy(slot, &p[0], sizeof(T));                                          \
-    return;                                                                  \
-  }
-#define W32(x, y) C_ADDW(int32_t, uint32_t, x, y)
-#define W64(x, y) C_ADDW(int64_t, uint64_t, x, y)
-#define W8(x, y) ((uint8_t)((x) + (y)))
-
-static void combine(int red, int dt, void *parts, int64_t m, void *slot)
-{
-  switch (red * TC_DTYPE__MAX + dt) {
-  case KIR_RED_SUM * TC_DTYPE__MAX + TC_F32: COMBINE(float, C_ADD)
-  case KIR_RED_SUM * TC_DTYPE__MAX + TC_F64: COMBINE(double, C_ADD)
-  case KIR_RED_SUM * TC_DTYPE__MAX + TC_I32: COMBINE(int32_t, W32)
-  case KIR_RED_SUM * TC_DTYPE__MAX + TC_I64: COMBINE(int64_t, W64)
-  case KIR_RED_SUM * TC_DTYPE__MAX + TC_BOOL: COMBINE(uint8_t, W8)
-  case KIR_RED_MAX * TC_DTYPE__MAX + TC_F32: COMBINE(float, C_MAX)
-  case KIR_RED_MAX * TC_DTYPE__MAX + TC_F64: COMBINE(double, C_MAX)
-  case KIR_RED_MAX * TC_DTYPE__MAX + TC_I32: COMBINE(int32_t, C_MAX)
-  case KIR_RED_MAX * TC_DTYPE__MAX + TC_I64: COMBINE(int64_t, C_MAX)
-  case KIR_RED_MAX * TC_DTYPE__MAX + TC_BOOL: COMBINE(uint8_t, C_MAX)
-  case KIR_RED_MIN * TC_DTYPE__MAX + TC_F32: COMBINE(float, C_MIN)
-  case KIR_RED_MIN * TC_DTYPE__MAX + TC_F64: COMBINE(double, C_MIN)
-  case KIR_RED_MIN * TC_DTYPE__MAX + TC_I32: COMBINE(int32_t, C_MIN)
-  case KIR_RED_MIN * TC_DTYPE__MAX + TC_I64: COMBINE(int64_t, C_MIN)
-  case KIR_RED_MIN * TC_DTYPE__MAX + TC_BOOL: COMBINE(uint8_t, C_MIN)
-  }
-  TC_ASSERT(0, "bad reduction");
-}
+_Static_assert(KIR_RED_SUM == 0 && KIR_RED_MAX == 1 && KIR_RED_MIN == 2,
+               "ORDER RED: eager_combine takes kir_red's kinds");
 
 /* Split mode: one long row shared by the threads, pass by pass. */
 static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
@@ -451,7 +408,9 @@ static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
     if (ps->kind == KIR_PASS_REDUCE) {
       /* chunks are 4096 elements of work each: split them freely */
       eager_parallel(m, 2, run_pass, l);
-      combine(ps->red, k->ins[ps->value].dtype, parts, m, rowvars + 8 * p);
+      /* the canonical pairwise order: the eager reductions' own code */
+      eager_combine(ps->red, (tc_dtype)k->ins[ps->value].dtype, parts, m,
+                    rowvars + 8 * p);
     } else if (ps->kind == KIR_PASS_STORE) {
       eager_parallel(n, MAP_GRAIN, run_pass, l);
     } else {
