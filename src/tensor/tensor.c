@@ -139,20 +139,28 @@ static void storage_dealloc(tensor_storage *s) { free(s); }
 #else
 
 #define HANDLE_CACHE 64
+
+/* A bounded LIFO of freed records of one size. */
+typedef struct {
+  void *v[HANDLE_CACHE];
+  int n;
+} free_list;
+
 static _Thread_local struct {
-  void *handles[HANDLE_CACHE];
-  int nhandles;
-  void *storages[HANDLE_CACHE];
-  int nstorages;
+  free_list handles, storages;
 } fl;
+
+static void list_drain(free_list *l)
+{
+  while (l->n)
+    free(l->v[--l->n]);
+}
 
 static void free_lists_fini(void *unused)
 {
   (void)unused;
-  while (fl.nhandles)
-    free(fl.handles[--fl.nhandles]);
-  while (fl.nstorages)
-    free(fl.storages[--fl.nstorages]);
+  list_drain(&fl.handles);
+  list_drain(&fl.storages);
 }
 
 /* A thread's lists are emptied when it exits (and at process exit). */
@@ -162,48 +170,42 @@ static _Thread_local bool fl_registered;
 
 static void fl_key_make(void) { pthread_key_create(&fl_key, free_lists_fini); }
 
-static void fl_register(void)
-{
-  pthread_once(&fl_once, fl_key_make);
-  pthread_setspecific(fl_key, &fl);
-  fl_registered = true;
-}
-
 __attribute__((destructor)) static void free_lists_at_exit(void)
 {
   free_lists_fini(NULL);
 }
 
-tc_tensor *tensor_handle_alloc(void)
+static void *list_pop(free_list *l, size_t size)
 {
-  return fl.nhandles ? fl.handles[--fl.nhandles] : malloc(sizeof(tc_tensor));
+  return l->n ? l->v[--l->n] : malloc(size);
 }
 
-void tensor_handle_dealloc(tc_tensor *t)
+static void list_push(free_list *l, void *p)
 {
-  if (!fl_registered)
-    fl_register();
-  if (fl.nhandles < HANDLE_CACHE)
-    fl.handles[fl.nhandles++] = t;
+  if (!fl_registered) {
+    pthread_once(&fl_once, fl_key_make);
+    pthread_setspecific(fl_key, &fl);
+    fl_registered = true;
+  }
+  if (l->n < HANDLE_CACHE)
+    l->v[l->n++] = p;
   else
-    free(t);
+    free(p);
 }
+
+tc_tensor *tensor_handle_alloc(void)
+{
+  return list_pop(&fl.handles, sizeof(tc_tensor));
+}
+
+void tensor_handle_dealloc(tc_tensor *t) { list_push(&fl.handles, t); }
 
 static tensor_storage *storage_alloc(void)
 {
-  return fl.nstorages ? fl.storages[--fl.nstorages]
-                      : malloc(sizeof(tensor_storage));
+  return list_pop(&fl.storages, sizeof(tensor_storage));
 }
 
-static void storage_dealloc(tensor_storage *s)
-{
-  if (!fl_registered)
-    fl_register();
-  if (fl.nstorages < HANDLE_CACHE)
-    fl.storages[fl.nstorages++] = s;
-  else
-    free(s);
-}
+static void storage_dealloc(tensor_storage *s) { list_push(&fl.storages, s); }
 
 #endif
 
