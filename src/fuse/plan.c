@@ -103,6 +103,22 @@ static int temp_new(fb *b, const fuse_node *n)
   return p->ntemps++;
 }
 
+/* The shape an edge reads: its view's, else its source's. */
+static const int64_t *edge_shape(const fuse_graph *g, const fuse_edge *e,
+                                 int *ndim)
+{
+  if (e->viewed) {
+    *ndim = e->geom.ndim;
+    return e->geom.shape;
+  }
+  if (e->src < 0) {
+    *ndim = g->inputs[-e->src - 1]->ndim;
+    return g->inputs[-e->src - 1]->shape;
+  }
+  *ndim = g->nodes[e->src].ndim;
+  return g->nodes[e->src].shape;
+}
+
 /* -- Analysis --------------------------------------------------------------- */
 
 static bool same_shape(const fuse_node *a, const fuse_node *b)
@@ -187,11 +203,8 @@ static int assign_steps(fb *b)
       const fuse_edge *e0 = &n->in[0];
       const tc_tensor *src = e0->src < 0 ? g->inputs[-e0->src - 1] : NULL;
       tmp.dtype = e0->src >= 0 ? g->nodes[e0->src].dtype : src->dtype;
-      tmp.ndim = e0->viewed ? e0->geom.ndim
-                 : src ? src->ndim : g->nodes[e0->src].ndim;
-      memcpy(tmp.shape, e0->viewed ? e0->geom.shape
-                        : src ? src->shape : g->nodes[e0->src].shape,
-             sizeof(int64_t) * (size_t)tmp.ndim);
+      const int64_t *shape = edge_shape(g, e0, &tmp.ndim);
+      memcpy(tmp.shape, shape, sizeof(int64_t) * (size_t)tmp.ndim);
       if ((b->copy_temp[i] = temp_new(b, &tmp)) < 0)
         return -1;
       b->p->steps[c].out = (fuse_ref){ FREF_TEMP, b->copy_temp[i] };
@@ -544,17 +557,7 @@ static int eval_edge(fb *b, const fuse_edge *e, int ndim_u,
   const fuse_graph *g = b->g;
   int src = e->src;
   int sndim;
-  const int64_t *sshape;
-  if (e->viewed) {
-    sndim = e->geom.ndim;
-    sshape = e->geom.shape;
-  } else if (src < 0) {
-    sndim = g->inputs[-src - 1]->ndim;
-    sshape = g->inputs[-src - 1]->shape;
-  } else {
-    sndim = g->nodes[src].ndim;
-    sshape = g->nodes[src].shape;
-  }
+  const int64_t *sshape = edge_shape(g, e, &sndim);
   (void)ndim_u;
   vmap om = operand_map(um, ushape, sndim, sshape);
   if (!e->viewed && src >= 0)
@@ -713,17 +716,7 @@ static int build_rows(fb *b, int s, int n)
   k->kind = KIR_ROWS;
   const fuse_edge *e0 = &nd->in[0];
   int r;
-  const int64_t *ishape;
-  if (e0->viewed) {
-    r = e0->geom.ndim;
-    ishape = e0->geom.shape;
-  } else if (e0->src < 0) {
-    r = g->inputs[-e0->src - 1]->ndim;
-    ishape = g->inputs[-e0->src - 1]->shape;
-  } else {
-    r = g->nodes[e0->src].ndim;
-    ishape = g->nodes[e0->src].shape;
-  }
+  const int64_t *ishape = edge_shape(g, e0, &r);
   tc_dtype dt = (tc_dtype)nd->dtype;
   int x;
   vmap um = { .ndim = r };
