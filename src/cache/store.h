@@ -39,7 +39,7 @@
 #include <stdio.h>
 
 #define STORE_KEY_LEN 32          /* hex digits */
-#define STORE_CODEGEN_VERSION "tc-kir-1"
+#define STORE_CODEGEN_VERSION "tc-kir-2"
 
 typedef struct {
   char key[STORE_KEY_LEN + 1];

@@ -5,7 +5,7 @@
 ** canonical reduction order, so eager and compiled results agree bitwise:
 **
 **   mean(x)        = sum(x) / n
-**   softmax(x)     = e / sum(e),            e = exp(x - max(x))
+**   softmax(x)     = e * (1 / sum(e)),      e = exp(x - max(x))
 **   log_softmax(x) = (x - m) - log(sum(exp(x - m))),  m = max(x)
 **   layer_norm(x)  = ((xc * (1 / sqrt(var + eps))) * gamma) + beta,
 **                    xc = x - sum(x) / n,  var = sum(xc * xc) / n
@@ -60,9 +60,9 @@ typedef struct {
       if (j->op == TC_OP_SOFTMAX) {                                          \
         for (int64_t i = 0; i < n; i++)                                      \
           y[i] = EXP(SUB(x[i], m));                                          \
-        T s = eager_sum_##tn(y, n);                                          \
+        T rs = DIV(K(1), eager_sum_##tn(y, n));                              \
         for (int64_t i = 0; i < n; i++)                                      \
-          y[i] = DIV(y[i], s);                                               \
+          y[i] = MUL(y[i], rs);                                              \
       } else {                                                               \
         for (int64_t i = 0; i < n; i++)                                      \
           y[i] = EXP(SUB(x[i], m));                                          \

@@ -806,15 +806,16 @@ static int build_rows(fb *b, int s, int n)
     break;
   }
   case TC_OP_SOFTMAX: {
-    /* As the eager kernel: the exps are stored while summed, then divided
-    ** in place, so exp runs once per element. */
+    /* As the eager kernel: the exps are stored while summed, then scaled
+    ** in place by 1 / sum (a multiply per element, not a division, as
+    ** PyTorch's CPU kernel), so exp runs once per element. */
     int m = reduce_pass(b, KIR_RED_MAX, x);
     int ob = out_buffer(b, n, &om);
     int sum = ob < 0 ? -1 : reduce_pass_to(b, KIR_RED_SUM, EXP(SUB(x, m)),
                                            ob);
     int e = sum < 0 ? -1 : kir_load(k, ob);
     if (m < 0 || sum < 0 || e < 0 ||
-        store(b, n, &om, KIR_PASS_STORE, DIV(e, sum)) < 0)
+        store(b, n, &om, KIR_PASS_STORE, MUL(e, DIV(K(1), sum))) < 0)
       return fail(b, "kernel too large");
     break;
   }

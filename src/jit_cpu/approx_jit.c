@@ -106,6 +106,20 @@ static gcc_jit_rvalue *sel(pr *p, gcc_jit_rvalue *c, gcc_jit_rvalue *x,
 /* `name = expr;` */
 #define SF(name, expr) name = jb_let(p->j, #name, p->t, (expr))
 
+/* approx_fma_*: the fused builtin where the eager build fuses (APPROX_FMA,
+** from approx.h as this file was compiled, like the eager kernels), else a
+** multiply and an add: both sides make the same choice. */
+static gcc_jit_rvalue *fma_(pr *p, gcc_jit_rvalue *a, gcc_jit_rvalue *b,
+                            gcc_jit_rvalue *c)
+{
+  if (!APPROX_FMA)
+    return add(p, mul(p, a, b), c);
+  gcc_jit_function *fn = gcc_jit_context_get_builtin_function(
+    p->j->ctx, p->t == p->j->t->f32 ? "__builtin_fmaf" : "__builtin_fma");
+  gcc_jit_rvalue *args[3] = { a, b, c };
+  return gcc_jit_context_new_call(p->j->ctx, NULL, fn, 3, args);
+}
+
 /* Quiet NaN and infinities as exact bit patterns (C's NAN is the positive
 ** default quiet NaN; (double)NAN keeps that). */
 static gcc_jit_rvalue *nan_(pr *p)
@@ -121,13 +135,12 @@ static gcc_jit_rvalue *inf_(pr *p) { return F(p, (double)INFINITY); }
 static gcc_jit_rvalue *expm1_poly_f32(pr *p, gcc_jit_rvalue *r)
 {
   VF(pp, F(p, APPROX_F32_EXP_E4));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E3)));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E2)));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E1)));
-  SF(pp, add(p, mul(p, pp, r), F(p, APPROX_F32_EXP_E0)));
+  SF(pp, fma_(p, pp, r, F(p, APPROX_F32_EXP_E3)));
+  SF(pp, fma_(p, pp, r, F(p, APPROX_F32_EXP_E2)));
+  SF(pp, fma_(p, pp, r, F(p, APPROX_F32_EXP_E1)));
+  SF(pp, fma_(p, pp, r, F(p, APPROX_F32_EXP_E0)));
   VF(r2, mul(p, r, r));
-  VF(q, mul(p, r2, pp));
-  return jb_let(p->j, "em", p->t, add(p, q, r));
+  return jb_let(p->j, "em", p->t, fma_(p, r2, pp, r));
 }
 
 /* approx_exp_poly_f32 */
@@ -146,10 +159,9 @@ static gcc_jit_rvalue *expm1_poly_f64(pr *p, gcc_jit_rvalue *r)
   };
   VF(pp, F(p, APPROX_F64_EXP_E9));
   for (int i = 0; i < 9; i++)
-    SF(pp, add(p, mul(p, pp, r), F(p, e[i])));
+    SF(pp, fma_(p, pp, r, F(p, e[i])));
   VF(r2, mul(p, r, r));
-  VF(q, mul(p, r2, pp));
-  return jb_let(p->j, "em", p->t, add(p, q, r));
+  return jb_let(p->j, "em", p->t, fma_(p, r2, pp, r));
 }
 
 /* approx_exp_poly_f64 */
@@ -219,7 +231,7 @@ static gcc_jit_rvalue *log_corr(pr *p, gcc_jit_rvalue *f, gcc_jit_rvalue *hfsq)
   VF(g, F(p, f32 ? APPROX_F32_LOG_G3 : APPROX_F64_LOG_G6));
   int n = f32 ? 3 : 6;
   for (int i = 0; i < n; i++)
-    SF(g, add(p, mul(p, g, z), F(p, f32 ? g32[i] : g64[i])));
+    SF(g, fma_(p, g, z, F(p, f32 ? g32[i] : g64[i])));
   VF(rr, mul(p, g, z));
   return jb_let(p->j, "corr", p->t, mul(p, s, add(p, hfsq, rr)));
 }
@@ -232,16 +244,16 @@ static gcc_jit_rvalue *build_exp(pr *p, gcc_jit_rvalue *x)
   bool f32 = p->t == p->j->t->f32;
   double hi = f32 ? 89.0 : 710.0, lo = f32 ? -104.0 : -746.0;
   VF(xc, sel(p, gt(p, x, F(p, hi)), F(p, hi), x));
-  SF(xc, sel(p, lt(p, xc, F(p, lo)), F(p, lo), xc));
-  VF(t, add(p, mul(p, xc, F(p, f32 ? APPROX_F32_LOG2E : APPROX_F64_LOG2E)),
-            F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
+  SF(xc, sel(p, lt(p, x, F(p, lo)), F(p, lo), xc));
+  VF(t, fma_(p, xc, F(p, f32 ? APPROX_F32_LOG2E : APPROX_F64_LOG2E),
+             F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
   VF(nf, sub(p, t, F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
   VU(nb, sub(p, bits(p, t),
              U(p, f32 ? APPROX_F32_RND_BITS : APPROX_F64_RND_BITS)));
-  VF(r, sub(p, xc, mul(p, nf, F(p, f32 ? APPROX_F32_LN2_HI
-                                       : APPROX_F64_LN2_HI))));
-  SF(r, sub(p, r, mul(p, nf, F(p, f32 ? APPROX_F32_LN2_LO
-                                      : APPROX_F64_LN2_LO))));
+  VF(r, fma_(p, neg(p, nf),
+             F(p, f32 ? APPROX_F32_LN2_HI : APPROX_F64_LN2_HI), xc));
+  SF(r, fma_(p, neg(p, nf),
+             F(p, f32 ? APPROX_F32_LN2_LO : APPROX_F64_LN2_LO), r));
   VF(pp, exp_poly(p, r));
   return scale(p, pp, nb);
 }
@@ -273,14 +285,14 @@ static gcc_jit_rvalue *build_tanh_f32(pr *p, gcc_jit_rvalue *x)
   VF(ax, fbits(p, band(p, bits(p, x), U(p, ~APPROX_F32_SIGN))));
   SF(ax, sel(p, gt(p, ax, F(p, 9.5)), F(p, 9.5), ax));
   VF(u, add(p, ax, ax));
-  VF(t, add(p, mul(p, u, F(p, APPROX_F32_LOG2E)), F(p, APPROX_F32_RND)));
+  VF(t, fma_(p, u, F(p, APPROX_F32_LOG2E), F(p, APPROX_F32_RND)));
   VF(nf, sub(p, t, F(p, APPROX_F32_RND)));
-  VF(r, sub(p, u, mul(p, nf, F(p, APPROX_F32_LN2_HI))));
-  SF(r, sub(p, r, mul(p, nf, F(p, APPROX_F32_LN2_LO))));
+  VF(r, fma_(p, neg(p, nf), F(p, APPROX_F32_LN2_HI), u));
+  SF(r, fma_(p, neg(p, nf), F(p, APPROX_F32_LN2_LO), r));
   VF(q, expm1_poly_f32(p, r));
   VF(s, fbits(p, shl(p, sub(p, bits(p, t),
                             U(p, APPROX_F32_RND_BITS - 127u)), 23)));
-  VF(em1, add(p, mul(p, s, q), sub(p, s, F(p, 1.0))));
+  VF(em1, fma_(p, s, q, sub(p, s, F(p, 1.0))));
   VF(y, dv(p, em1, add(p, em1, F(p, 2.0))));
   return jb_let(p->j, "th", p->t, fbits(p, bor(p, bits(p, y), sign)));
 }
@@ -292,14 +304,14 @@ static gcc_jit_rvalue *build_tanh_f64(pr *p, gcc_jit_rvalue *x)
   VF(ax, fbits(p, band(p, bits(p, x), U(p, ~APPROX_F64_SIGN))));
   SF(ax, sel(p, gt(p, ax, F(p, 22.0)), F(p, 22.0), ax));
   VF(u, add(p, ax, ax));
-  VF(t, add(p, mul(p, u, F(p, APPROX_F64_LOG2E)), F(p, APPROX_F64_RND)));
+  VF(t, fma_(p, u, F(p, APPROX_F64_LOG2E), F(p, APPROX_F64_RND)));
   VF(nf, sub(p, t, F(p, APPROX_F64_RND)));
   VU(nb, sub(p, bits(p, t), U(p, APPROX_F64_RND_BITS)));
-  VF(r, sub(p, u, mul(p, nf, F(p, APPROX_F64_LN2_HI))));
-  SF(r, sub(p, r, mul(p, nf, F(p, APPROX_F64_LN2_LO))));
+  VF(r, fma_(p, neg(p, nf), F(p, APPROX_F64_LN2_HI), u));
+  SF(r, fma_(p, neg(p, nf), F(p, APPROX_F64_LN2_LO), r));
   VF(q, expm1_poly_f64(p, r));
   VF(s, fbits(p, shl(p, add(p, nb, U(p, 1023u)), 52)));
-  VF(em1, add(p, mul(p, s, q), sub(p, s, F(p, 1.0))));
+  VF(em1, fma_(p, s, q, sub(p, s, F(p, 1.0))));
   VF(y, dv(p, em1, add(p, em1, F(p, 2.0))));
   return jb_let(p->j, "th", p->t, fbits(p, bor(p, bits(p, y), sign)));
 }
@@ -340,16 +352,16 @@ static gcc_jit_rvalue *build_sincos_f32(pr *p, gcc_jit_rvalue *x, uint32_t q0,
             F(p, -APPROX_F32_SINCOS_RMAX), r));
   VF(z, mul(p, r, r));
   VF(ps, F(p, APPROX_F32_SIN_S3));
-  SF(ps, add(p, mul(p, ps, z), F(p, APPROX_F32_SIN_S2)));
-  SF(ps, add(p, mul(p, ps, z), F(p, APPROX_F32_SIN_S1)));
-  SF(ps, add(p, mul(p, ps, z), F(p, APPROX_F32_SIN_S0)));
+  SF(ps, fma_(p, ps, z, F(p, APPROX_F32_SIN_S2)));
+  SF(ps, fma_(p, ps, z, F(p, APPROX_F32_SIN_S1)));
+  SF(ps, fma_(p, ps, z, F(p, APPROX_F32_SIN_S0)));
   SF(ps, mul(p, ps, z));
   SF(ps, mul(p, ps, r));
   SF(ps, add(p, ps, r));
   VF(pc, F(p, APPROX_F32_COS_C3));
-  SF(pc, add(p, mul(p, pc, z), F(p, APPROX_F32_COS_C2)));
-  SF(pc, add(p, mul(p, pc, z), F(p, APPROX_F32_COS_C1)));
-  SF(pc, add(p, mul(p, pc, z), F(p, APPROX_F32_COS_C0)));
+  SF(pc, fma_(p, pc, z, F(p, APPROX_F32_COS_C2)));
+  SF(pc, fma_(p, pc, z, F(p, APPROX_F32_COS_C1)));
+  SF(pc, fma_(p, pc, z, F(p, APPROX_F32_COS_C0)));
   SF(pc, mul(p, pc, z));
   SF(pc, mul(p, pc, z));
   VF(hz, mul(p, F(p, 0.5), z));
@@ -393,13 +405,13 @@ static gcc_jit_rvalue *build_sincos_f64(pr *p, gcc_jit_rvalue *x, uint64_t q0,
   VF(z, mul(p, r, r));
   VF(ps, F(p, APPROX_F64_SIN_S6));
   for (int i = 0; i < 6; i++)
-    SF(ps, add(p, mul(p, ps, z), F(p, sc[i])));
+    SF(ps, fma_(p, ps, z, F(p, sc[i])));
   SF(ps, mul(p, ps, z));
   SF(ps, mul(p, ps, r));
   SF(ps, add(p, ps, r));
   VF(pc, F(p, APPROX_F64_COS_C6));
   for (int i = 0; i < 6; i++)
-    SF(pc, add(p, mul(p, pc, z), F(p, cc[i])));
+    SF(pc, fma_(p, pc, z, F(p, cc[i])));
   SF(pc, mul(p, pc, z));
   SF(pc, mul(p, pc, z));
   VF(hz, mul(p, F(p, 0.5), z));

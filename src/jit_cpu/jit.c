@@ -14,6 +14,7 @@
 
 #include "jcpu_impl.h"
 #include "../eager/eager.h"
+#include "../tensor/approx.h"
 
 struct jcpu_kernel {
   gcc_jit_result *res;        /* owned: in-memory compile; or NULL */
@@ -67,9 +68,11 @@ static char version[48];
 static void init_once(void)
 {
   target = detect_target();
-  snprintf(version, sizeof version, "libgccjit %d.%d.%d",
+  /* Kernels differ with approx.h's multiply-add mode (APPROX_FMA), so a
+  ** store shared by builds that differ in it must not mix their kernels. */
+  snprintf(version, sizeof version, "libgccjit %d.%d.%d%s",
            gcc_jit_version_major(), gcc_jit_version_minor(),
-           gcc_jit_version_patchlevel());
+           gcc_jit_version_patchlevel(), APPROX_FMA ? " fma" : "");
 }
 
 const char *jcpu_target(void)

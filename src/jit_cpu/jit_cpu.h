@@ -71,7 +71,8 @@ const char *jcpu_source(const jcpu_kernel *jk);   /* owned by jk; or NULL */
 /* The -march this process compiles for ("x86-64-v4", "x86-64-v3", ...),
 ** part of the cache key. */
 const char *jcpu_target(void);
-/* "libgccjit 12.2.0", from gcc_jit_version_*; part of the cache key. */
+/* "libgccjit 12.2.0", from gcc_jit_version_*, plus " fma" when approx.h
+** fuses multiply-adds (APPROX_FMA); part of the cache key. */
 const char *jcpu_compiler_version(void);
 /* Wall time of the compile that produced jk (0 for loaded kernels). */
 double jcpu_last_compile_ms(const jcpu_kernel *jk);

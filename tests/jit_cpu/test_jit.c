@@ -606,7 +606,8 @@ static void test_float_prims(void **state)
 /* -- (d) Rows: softmax, row sums, max ----------------------------------------- */
 
 /* softmax over the last dim of a contiguous [rows, n] tensor:
-** m = max x; e = exp(x - m); s = sum e; y = e / s */
+** m = max x; e = exp(x - m); s = sum e; y = e * (1 / s), the order
+** composite.c computes it in. */
 static kir_kernel *softmax_kernel(tc_dtype dt, int64_t rows, int64_t n,
                                   bool dynamic)
 {
@@ -617,7 +618,8 @@ static kir_kernel *softmax_kernel(tc_dtype dt, int64_t rows, int64_t n,
   int p0 = kpass(k, KIR_PASS_REDUCE, KIR_RED_MAX, -1, x);
   int e = E(k, KOP_EXP, dt, E(k, KOP_SUB, dt, x, kir_rowvar(k, p0)), -1);
   int p1 = kpass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, e);
-  kpass(k, KIR_PASS_STORE, 0, out, E(k, KOP_DIV, dt, e, kir_rowvar(k, p1)));
+  int rs = E(k, KOP_DIV, dt, kir_const(k, dt, 1.0), kir_rowvar(k, p1));
+  kpass(k, KIR_PASS_STORE, 0, out, E(k, KOP_MUL, dt, e, rs));
   return k;
 }
 
@@ -760,8 +762,9 @@ static void strided_softmax(tc_tensor *src, tc_tensor *view, int dim,
   int e = E(k, KOP_EXP, TC_F32, E(k, KOP_SUB, TC_F32, x, kir_rowvar(k, p0)),
             -1);
   int p1 = kpass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, e);
-  kpass(k, KIR_PASS_STORE, 0, out,
-        E(k, KOP_DIV, TC_F32, e, kir_rowvar(k, p1)));
+  int rs = E(k, KOP_DIV, TC_F32, kir_const(k, TC_F32, 1.0),
+             kir_rowvar(k, p1));
+  kpass(k, KIR_PASS_STORE, 0, out, E(k, KOP_MUL, TC_F32, e, rs));
   jcpu_kernel *jk = compile(k);
   int64_t total = tc_numel(view);
   float *got = malloc((size_t)total * 4);
