@@ -29,6 +29,8 @@ typedef struct {
   bool *store;          /* value must be stored */
   int *step;            /* step that computes the node, or -1 (inlined) */
   int *eval_step;       /* step whose kernel evaluates the node */
+  int *first_member;    /* per step: its first stored node, or -1 */
+  int *last_user;       /* per node: its last consumer node, or -1 */
   fuse_ref *where;      /* where a stored value lives */
   int cap_steps;
   char *reason;
@@ -73,15 +75,19 @@ static int step_new(fb *b, fuse_step_kind kind)
   if (p->nsteps == b->cap_steps) {
     int cap = b->cap_steps ? b->cap_steps * 2 : 8;
     fuse_step *s = realloc(p->steps, sizeof *s * (size_t)cap);
-    if (!s)
+    if (s)
+      p->steps = s;
+    int *fm = s ? realloc(b->first_member, sizeof *fm * (size_t)cap) : NULL;
+    if (!fm)
       return fail(b, "out of memory");
-    p->steps = s;
+    b->first_member = fm;
     b->cap_steps = cap;
   }
   fuse_step *s = &p->steps[p->nsteps];
   memset(s, 0, sizeof *s);
   s->kind = (uint8_t)kind;
   s->node = -1;
+  b->first_member[p->nsteps] = -1;
   if (kind == FSTEP_KERNEL) {
     s->k = calloc(1, sizeof *s->k);
     if (!s->k)
@@ -221,13 +227,10 @@ static int assign_steps(fb *b)
     int join = -1;
     for (int s = b->p->nsteps - 1; s >= 0; s--) {
       fuse_step *st = &b->p->steps[s];
-      if (st->kind != FSTEP_KERNEL || st->node >= 0)
+      int member = b->first_member[s];
+      if (st->kind != FSTEP_KERNEL || st->node >= 0 || member < 0)
         continue;
-      int member = -1;
-      for (int j = 0; j < i && member < 0; j++)
-        if (b->step[j] == s && b->store[j])
-          member = j;
-      if (member >= 0 && same_shape(&g->nodes[member], n)) {
+      if (same_shape(&g->nodes[member], n)) {
         if (deps_ready(b, i, s))
           join = s;
         break;
@@ -236,16 +239,20 @@ static int assign_steps(fb *b)
     if (join < 0 && (join = step_new(b, FSTEP_KERNEL)) < 0)
       return -1;
     b->step[i] = join;
+    if (b->first_member[join] < 0)
+      b->first_member[join] = i;
   }
-  /* Which step evaluates each node: inlined ones go with their user. */
+  /* Which step evaluates each node: an inlined one goes with its last
+  ** user, whose step is known first when walking backwards. */
+  for (int i = 0; i < g->nnodes; i++)
+    b->last_user[i] = -1;
+  for (int c = 0; c < g->nnodes; c++)
+    for (int e = 0; e < g->nodes[c].nin; e++)
+      if (g->nodes[c].in[e].src >= 0)
+        b->last_user[g->nodes[c].in[e].src] = c;
   for (int i = g->nnodes - 1; i >= 0; i--) {
-    b->eval_step[i] = b->step[i];
-    if (b->step[i] >= 0)
-      continue;
-    for (int c = i + 1; c < g->nnodes; c++)
-      for (int e = 0; e < g->nodes[c].nin; e++)
-        if (g->nodes[c].in[e].src == i)
-          b->eval_step[i] = b->eval_step[c];
+    int u = b->last_user[i];
+    b->eval_step[i] = b->step[i] >= 0 || u < 0 ? b->step[i] : b->eval_step[u];
   }
   return 0;
 }
@@ -898,11 +905,12 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   b.store = calloc(nn, sizeof *b.store);
   b.step = calloc(nn, sizeof *b.step);
   b.eval_step = calloc(nn, sizeof *b.eval_step);
+  b.last_user = calloc(nn, sizeof *b.last_user);
   b.where = calloc(nn, sizeof *b.where);
   b.cache = calloc(nn, sizeof *b.cache);
   int rc = -1;
   if (!p || !b.consumers || !b.store || !b.step || !b.eval_step ||
-      !b.where || !b.cache) {
+      !b.last_user || !b.where || !b.cache) {
     fail(&b, "out of memory");
     goto done;
   }
@@ -938,6 +946,8 @@ done:
   free(b.store);
   free(b.step);
   free(b.eval_step);
+  free(b.last_user);
+  free(b.first_member);
   free(b.where);
   free(b.cache);
   *retry = b.retry;
