@@ -40,11 +40,9 @@ static void graph_free(graph_buf *gb)
   free(gb->out_dest);
 }
 
-/* The region input a leaf or computed node stands for (several LEAF nodes
-** may read one tensor). */
-static int input_of(const trace_region *r, const trace_node *n)
+/* The region input index of a leaf tensor or computed value. */
+static int input_of(const trace_region *r, const tc_tensor *t)
 {
-  const tc_tensor *t = n->op == TRACE_OP_LEAF ? n->leaf : n->value;
   for (int j = 0; j < r->ninputs; j++)
     if (r->inputs[j] == t)
       return j;
@@ -73,15 +71,14 @@ static int graph_of(const trace_region *r, graph_buf *gb)
     for (int e = 0; e < n->nin; e++) {
       const trace_edge *te = &n->in[e];
       fuse_edge *fe = &f->in[e];
-      if (!te->node) {
+      if (!te->node && !te->leaf) {
         fe->src = FUSE_ABSENT;
         continue;
       }
-      if (te->node->slot >= 0 && !te->node->value &&
-          te->node->op != TRACE_OP_LEAF) {
+      if (te->node && te->node->slot >= 0 && !te->node->value) {
         fe->src = te->node->slot;
       } else {
-        int j = input_of(r, te->node);
+        int j = input_of(r, te->leaf ? te->leaf : te->node->value);
         if (j < 0)
           return -1;
         fe->src = -j - 1;

@@ -64,8 +64,8 @@ __attribute__((destructor)) static void node_cache_at_exit(void)
   node_cache_fini(NULL);
 }
 
-trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
-                           const int64_t *shape)
+/* An uninitialized node; node_for_call sets every field it reads. */
+static trace_node *node_alloc(void)
 {
   trace_node *n = trace_ts.free_nodes;
   if (n) {
@@ -73,26 +73,7 @@ trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
     trace_ts.nfree--;
   } else if (!(n = malloc(sizeof *n))) {
     tc_seterr(TC_E_NOMEM, "out of memory recording an op");
-    return NULL;
   }
-  /* Everything but the shape and edge geometry, which are set as used. */
-  memset(n, 0, offsetof(trace_node, shape));
-  n->nin = 0;
-  n->s[0] = n->s[1] = 0;
-  n->dim = 0;
-  n->keepdim = false;
-  n->hash = 0;
-  n->leaf = n->value = NULL;
-  n->handles = NULL;
-  n->mark = 0;
-  n->born = trace_ts.realizations;
-  n->op = op;
-  n->dtype = (uint8_t)dt;
-  n->cdtype = (uint8_t)dt;
-  n->ndim = ndim;
-  memcpy(n->shape, shape, sizeof(int64_t) * (size_t)ndim);
-  n->slot = -1;
-  trace_ts.live_nodes++;
   return n;
 }
 
@@ -105,6 +86,10 @@ void trace_node_release(trace_node *n)
     trace_node *next = NULL;
     for (int i = 0; i < n->nin; i++) {
       trace_node *in = n->in[i].node;
+      if (n->in[i].leaf) {
+        tensor_unref(n->in[i].leaf);
+        trace_ts.live_nodes--;
+      }
       if (!in)
         continue;
       if (!next)
@@ -112,7 +97,6 @@ void trace_node_release(trace_node *n)
       else
         trace_node_release(in);
     }
-    tensor_unref(n->leaf);
     tensor_unref(n->value);
     trace_ts.live_nodes--;
     if (!cache_registered) {
@@ -131,6 +115,23 @@ void trace_node_release(trace_node *n)
   }
 }
 
+/* The structure hash of a leaf edge depends on the tensor's rank alone:
+** its dtype is guarded, not structure (a region that casts its input first
+** is the same region for any input dtype), and which tensor it is enters
+** the region's input pattern. Hashed like a node of no op (TC_OP__MAX) and
+** that rank; made once at init. */
+static uint64_t leaf_hashes[TC_MAX_DIMS + 1];
+
+static void leaf_hashes_init(void)
+{
+  for (int d = 0; d <= TC_MAX_DIMS; d++) {
+    int64_t buf[2] = { (int64_t)TC_OP__MAX | (int64_t)d << 32, 0 };
+    leaf_hashes[d] = XXH3_64bits(buf, sizeof buf);
+  }
+}
+
+uint64_t trace_leaf_hash(int ndim) { return leaf_hashes[ndim]; }
+
 /* The structure hash of a node: its op and attributes, and its inputs'
 ** hashes and view geometry. Scalar values are runtime arguments and stay
 ** out; whether an op has scalars is implied by the op. O(1) per op. */
@@ -139,16 +140,15 @@ static uint64_t node_hash(const trace_node *n)
   /* One flat buffer, hashed in one call. */
   int64_t buf[8 + 3 * (2 + 2 * TC_MAX_DIMS)];
   int k = 0;
-  bool leaf = n->op == TRACE_OP_LEAF;
-  /* A leaf's dtype is guarded, not structure: a region that casts its
-  ** input first is the same region for any input dtype. */
-  buf[k++] = (int64_t)n->op | (int64_t)(leaf ? 0 : n->dtype) << 16 |
-             (int64_t)(leaf ? 0 : n->cdtype) << 24 | (int64_t)n->ndim << 32 |
+  buf[k++] = (int64_t)n->op | (int64_t)n->dtype << 16 |
+             (int64_t)n->cdtype << 24 | (int64_t)n->ndim << 32 |
              (int64_t)n->nin << 40 | (int64_t)n->keepdim << 48;
   buf[k++] = n->dim;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    buf[k++] = e->node ? (int64_t)e->node->hash : 0;
+    buf[k++] = e->node   ? (int64_t)e->node->hash
+               : e->leaf ? (int64_t)leaf_hashes[e->leaf->ndim]
+                         : 0;
     if (e->viewed) {
       buf[k++] = e->geom.ndim | (int64_t)1 << 32;
       for (int d = 0; d < e->geom.ndim; d++) {
@@ -194,13 +194,16 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
     tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
-  memset(h, 0, sizeof *h);
+  /* Every field set once (no memset: this is on every traced op's path). */
   atomic_init(&h->refs, 1);
   atomic_init(&h->user_refs, 1);
   h->dtype = n->dtype;
   h->ndim = (uint8_t)ndim;
   h->keys = TC_KEYSET(TC_KEY_CPU) | TC_KEYSET(TC_KEY_TRACE);
+  h->kept = 0;
   h->scope_slot = -1;
+  h->offset = 0;
+  h->storage = NULL;
   h->numel = 1;
   for (int d = 0; d < ndim; d++) {
     h->shape[d] = shape[d];
@@ -245,28 +248,13 @@ void trace_materialize_handles(trace_node *n, tc_tensor *v)
 
 /* -- Edges: how an op reads a tensor ---------------------------------------- */
 
-static trace_node *leaf_new(tc_tensor *t)
-{
-  trace_node *n = trace_node_new(TRACE_OP_LEAF, (tc_dtype)t->dtype, t->ndim,
-                                 t->shape);
-  if (!n)
-    return NULL;
-  n->leaf = tensor_ref(t);
-  /* A leaf's hash depends on its rank alone: computed once per rank. */
-  static _Thread_local uint64_t by_rank[TC_MAX_DIMS + 1];
-  if (!by_rank[t->ndim])
-    by_rank[t->ndim] = node_hash(n);
-  n->hash = by_rank[t->ndim];
-  return n;
-}
-
 /* The edge for reading t: its node (with t's geometry) when lazy; the
 ** pending write's node when t is exactly a view with a pending write; else
-** a LEAF, after writing back pending writes to other views of its storage. */
+** t itself (a leaf edge), after writing back pending writes to other views
+** of its storage. A leaf edge counts as a node against the node limit: the
+** region builder visits it like one. e is empty on entry. */
 static int edge_of(tc_tensor *t, trace_edge *e)
 {
-  e->node = NULL;
-  e->viewed = false;
   if (t->lazy) {
     trace_node *n = t->lazy;
     tensor_geom_of(t, &e->geom);
@@ -285,38 +273,52 @@ static int edge_of(tc_tensor *t, trace_edge *e)
     if (trace_flush_storage(t->storage) < 0)
       return -1;
   }
-  e->node = leaf_new(t);
-  if (!e->node)
-    return -1;
-  trace_node_retain(e->node);
+  e->leaf = tensor_ref(t);
+  trace_ts.live_nodes++;
   return 0;
 }
 
 /* A node computing op for call c, NULL on failure. Its inputs are the last
 ** op_table[op].nin of c's: an in-place op's twin may read fewer than the
-** op (COPY_(dst, src) is CAST(src), FILL_(dst) is FILL()). */
+** op (COPY_(dst, src) is CAST(src), FILL_(dst) is FILL()). Every field is
+** set once here: this is on every traced op's path. */
 static trace_node *node_for_call(const eager_call *c, tc_op op)
 {
-  trace_node *n = trace_node_new(op, c->dtype, c->ndim, c->shape);
+  trace_node *n = node_alloc();
   if (!n)
     return NULL;
-  for (int i = 0; i < 3; i++) {
-    n->in[i].node = NULL;
-    n->in[i].viewed = false;
-  }
   int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+  n->refs = 0;
+  n->op = op;
+  n->dtype = (uint8_t)c->dtype;
   n->cdtype = (uint8_t)c->cdtype;
+  n->ndim = c->ndim;
+  for (int d = 0; d < c->ndim; d++)
+    n->shape[d] = c->shape[d];
   n->nin = c->nin - skip;
   n->s[0] = c->s[0];
   n->s[1] = c->s[1];
   n->dim = c->dim;
   n->keepdim = c->keepdim;
-  for (int i = 0; i < n->nin; i++)
-    if (c->in[skip + i] && edge_of(c->in[skip + i], &n->in[i]) < 0) {
+  n->hash = 0;
+  n->value = NULL;
+  n->handles = NULL;
+  n->mark = 0;
+  n->born = trace_ts.realizations;
+  n->slot = -1;
+  trace_ts.live_nodes++;
+  for (int i = 0; i < n->nin; i++) {
+    trace_edge *e = &n->in[i];
+    e->node = NULL;   /* absent unless set (geom only when viewed) */
+    e->leaf = NULL;
+    e->viewed = false;
+    if (c->in[skip + i] && edge_of(c->in[skip + i], e) < 0) {
+      n->nin = i + 1;   /* edges past i are not set */
       n->refs = 1;
       trace_node_release(n);
       return NULL;
     }
+  }
   n->hash = node_hash(n);
   return n;
 }
@@ -475,6 +477,7 @@ void trace_init(void)
     return;
   done = true;
   trace_config_load();
+  leaf_hashes_init();
   register_handlers();
   tensor_lazy_release_hook = handle_released;
   tensor_hooks.realize = trace_realize_tensor;

@@ -158,19 +158,20 @@ static bool writes_storage(const reqs *r, const tensor_storage *s)
   return false;
 }
 
-/* Does n's pending subgraph read a LEAF on a storage written by r? */
+/* Does n's pending subgraph read a leaf on a storage written by r? */
 static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
 {
   if (n->mark == epoch)
     return false;
   n->mark = epoch;
-  if (n->op == TRACE_OP_LEAF)
-    return writes_storage(r, n->leaf->storage);
   if (n->value)
     return false;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i].node && reads_written(n->in[i].node, r, epoch))
+  for (int i = 0; i < n->nin; i++) {
+    const trace_edge *e = &n->in[i];
+    if (e->leaf ? writes_storage(r, e->leaf->storage)
+                : e->node && reads_written(e->node, r, epoch))
       return true;
+  }
   return false;
 }
 
@@ -217,7 +218,7 @@ static int close_writes(reqs *r)
 ** since the last realization (this iteration's temporaries) stay lazy. */
 static int add_survivors(reqs *q, trace_node *n, uint64_t epoch)
 {
-  if (n->mark == epoch || n->op == TRACE_OP_LEAF || n->value)
+  if (n->mark == epoch || n->value)
     return 0;
   n->mark = epoch;
   if (n->handles && n->born < trace_ts.realizations &&
@@ -237,46 +238,54 @@ typedef struct {
   XXH3_state_t pattern;  /* which input each leaf edge reads, in order */
 } builder;
 
-static int input_index(builder *b, trace_node *n)
+static int input_add(builder *b, tc_tensor *t)
 {
-  tc_tensor *t = n->op == TRACE_OP_LEAF ? n->leaf : n->value;
-  for (int i = 0; i < b->r.ninputs; i++)
-    if (b->r.inputs[i] == t)
-      return i;
-  int cap = b->cap_inputs;
-  if (grow((void **)&b->r.inputs, &cap, b->r.ninputs + 1,
-           sizeof *b->r.inputs) < 0 ||
-      grow((void **)&b->r.input_node, &b->cap_inputs, b->r.ninputs + 1,
-           sizeof *b->r.input_node) < 0)
+  if (grow((void **)&b->r.inputs, &b->cap_inputs, b->r.ninputs + 1,
+           sizeof *b->r.inputs) < 0)
     return -1;
   b->r.inputs[b->r.ninputs] = t;
-  b->r.input_node[b->r.ninputs] = n;
-  /* A computed value enters like a leaf; its structure tells them apart. */
-  uint64_t h[2] = { n->op == TRACE_OP_LEAF, n->hash };
-  XXH3_64bits_update(&b->pattern, h, sizeof h);
   return b->r.ninputs++;
+}
+
+/* Read input t (a leaf tensor, or a computed value of structure hash h):
+** the pattern records which input each read is. */
+static int collect_input(builder *b, tc_tensor *t, bool leaf, uint64_t h)
+{
+  int32_t idx = 0;
+  while (idx < b->r.ninputs && b->r.inputs[idx] != t)
+    idx++;
+  if (idx == b->r.ninputs) {
+    if (input_add(b, t) < 0)
+      return -1;
+    /* A computed value enters like a leaf; its structure tells them
+    ** apart. */
+    uint64_t first[2] = { leaf, h };
+    XXH3_64bits_update(&b->pattern, first, sizeof first);
+  }
+  XXH3_64bits_update(&b->pattern, &idx, sizeof idx);
+  return 0;
 }
 
 /* Depth-first from n: pending nodes in postorder (operands first). */
 static int collect(builder *b, trace_node *n, uint64_t epoch)
 {
-  if (n->op == TRACE_OP_LEAF || n->value) {
-    int idx = input_index(b, n);
-    if (idx < 0)
-      return -1;
-    int32_t v = idx;
-    XXH3_64bits_update(&b->pattern, &v, sizeof v);
-    return 0;
-  }
+  if (n->value)
+    return collect_input(b, n->value, false, n->hash);
   if (n->mark == epoch) {
     int32_t v = -2 - n->slot;   /* a shared operand, by position */
     XXH3_64bits_update(&b->pattern, &v, sizeof v);
     return 0;
   }
   n->mark = epoch;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i].node && collect(b, n->in[i].node, epoch) < 0)
+  for (int i = 0; i < n->nin; i++) {
+    const trace_edge *e = &n->in[i];
+    int rc = e->leaf   ? collect_input(b, e->leaf, true,
+                                       trace_leaf_hash(e->leaf->ndim))
+             : e->node ? collect(b, e->node, epoch)
+                       : 0;
+    if (rc < 0)
       return -1;
+  }
   if (grow((void **)&b->r.nodes, &b->cap_nodes, b->r.nnodes + 1,
            sizeof *b->r.nodes) < 0)
     return -1;
@@ -293,7 +302,6 @@ static void region_free(trace_region *r)
     tensor_unref(r->result[i]);
   free(r->nodes);
   free(r->inputs);
-  free(r->input_node);
   free(r->outputs);
   free(r->dest);
   free(r->result);
@@ -324,16 +332,8 @@ static int region_build(builder *b, const reqs *q)
     int j = 0;
     while (j < r->ninputs && r->inputs[j] != q->dest[i])
       j++;
-    if (j == r->ninputs) {
-      int cap = b->cap_inputs;
-      if (grow((void **)&r->inputs, &cap, r->ninputs + 1,
-               sizeof *r->inputs) < 0 ||
-          grow((void **)&r->input_node, &b->cap_inputs, r->ninputs + 1,
-               sizeof *r->input_node) < 0)
-        return -1;
-      r->inputs[r->ninputs] = q->dest[i];
-      r->input_node[r->ninputs++] = NULL;
-    }
+    if (j == r->ninputs && input_add(b, q->dest[i]) < 0)
+      return -1;
     int32_t v = -1000000 - j;
     XXH3_64bits_update(&b->pattern, &v, sizeof v);
   }
@@ -349,10 +349,10 @@ static int region_build(builder *b, const reqs *q)
 
 static tc_tensor *edge_tensor(const trace_edge *e, tc_tensor **val)
 {
+  if (e->leaf)
+    return tensor_ref(e->leaf);
   trace_node *s = e->node;
-  tc_tensor *t = s->op == TRACE_OP_LEAF ? s->leaf
-                 : s->value             ? s->value
-                                        : val[s->slot];
+  tc_tensor *t = s->value ? s->value : val[s->slot];
   if (!e->viewed)
     return tensor_ref(t);
   const tensor_geom *g = &e->geom;
@@ -382,7 +382,8 @@ static tc_tensor *run_node(trace_node *n, tc_tensor **val)
   trace_call_of(n, &c);
   bool ok = true;
   for (int i = 0; i < n->nin; i++)
-    if (n->in[i].node && !(c.in[i] = edge_tensor(&n->in[i], val)))
+    if ((n->in[i].node || n->in[i].leaf) &&
+        !(c.in[i] = edge_tensor(&n->in[i], val)))
       ok = false;
   tc_tensor *out = ok ? eager_lookup(TC_KEY_CPU, c.op)(&c) : NULL;
   for (int i = 0; i < n->nin; i++)

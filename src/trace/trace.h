@@ -9,7 +9,8 @@
 **   at a node and carries a geometry (shape/strides/offset) over that
 **   value, so views of lazy tensors are lazy views, never nodes. An input
 **   edge likewise carries the geometry of the handle it was read through.
-**   Materialized inputs enter as LEAF nodes holding the tensor.
+**   An edge that reads a materialized tensor holds the tensor itself (a
+**   leaf edge); no node is made for it.
 **   In-place ops are functionalized: on a lazy tensor the handle is
 **   rebound to twin(old, src); on a materialized one a pending write
 **   (dst, node) is kept and written back when realized.
@@ -20,19 +21,20 @@
 #include "../eager/eager.h"
 #include "../cache/cache.h"
 
-#define TRACE_OP_LEAF TC_OP__MAX   /* node op of materialized inputs */
-
 typedef struct trace_node trace_node;
 
+/* An input: a node's value (lazy), a materialized tensor (leaf), or
+** neither (an absent optional input). */
 typedef struct {
-  trace_node *node;      /* owned ref */
-  bool viewed;           /* geom differs from node's contiguous layout */
+  trace_node *node;      /* owned ref, or NULL */
+  tc_tensor *leaf;       /* owned ref (tensor_ref), or NULL */
+  bool viewed;           /* node edges: geom differs from node's layout */
   tensor_geom geom;      /* valid when viewed */
 } trace_edge;
 
 struct trace_node {
   int refs;
-  uint16_t op;           /* tc_op, or TRACE_OP_LEAF */
+  uint16_t op;           /* tc_op */
   uint8_t dtype, cdtype;
   int ndim;
   int64_t shape[TC_MAX_DIMS];
@@ -42,7 +44,6 @@ struct trace_node {
   int dim;
   bool keepdim;
   uint64_t hash;         /* structure of the subgraph, kept incrementally */
-  tc_tensor *leaf;       /* LEAF: the materialized tensor (owned ref) */
   tc_tensor *value;      /* computed value (contiguous, owned ref) */
   tc_tensor *handles;    /* lazy handles over this node (borrowed list) */
   uint64_t mark;         /* walk epoch */
@@ -58,7 +59,6 @@ typedef struct {
   trace_node **nodes;        /* pending nodes, operands first */
   int ninputs;
   tc_tensor **inputs;        /* leaf tensors / computed values (borrowed) */
-  trace_node **input_node;   /* the node each input stands for */
   int noutputs;
   trace_node **outputs;      /* output nodes, in request order */
   tc_tensor **dest;          /* write-back target per output, or NULL */

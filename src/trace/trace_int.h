@@ -37,9 +37,9 @@ typedef struct {
 
 extern _Thread_local trace_state trace_ts;
 
-trace_node *trace_node_new(uint16_t op, tc_dtype dt, int ndim,
-                           const int64_t *shape);
 void trace_node_retain(trace_node *n);
+/* The structure hash a leaf edge of a tensor of ndim dims contributes. */
+uint64_t trace_leaf_hash(int ndim);
 void trace_node_release(trace_node *n);
 tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g);
 void trace_materialize_handles(trace_node *n, tc_tensor *v);

@@ -108,6 +108,24 @@ static void test_trace_unread_never_computed(void **state)
   tc_release(x);
 }
 
+/* A materialized input is read through leaf edges that hold the tensor:
+** released by the program, it lives until the region reading it runs;
+** read twice, it is one region input. */
+static void test_trace_leaf_edges_hold_inputs(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_arange(TC_F32, 0, 16, 1);
+  tc_tensor *y = tc_mul(x, x);
+  assert_int_equal(trace_live_nodes(), 3);   /* mul, and a leaf edge each */
+  tc_release(x);
+  log_begin();
+  assert_true(read1(y, 5) == 25.0);
+  char *log = log_end();
+  assert_non_null(strstr(log, "2 nodes, 1 inputs, 1 outputs"));   /* +cast */
+  free(log);
+  tc_release(y);
+}
+
 static void test_trace_inplace_over_pending_reader(void **state)
 {
   (void)state;
@@ -322,6 +340,8 @@ int main(void)
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_unread_never_computed, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(test_trace_leaf_edges_hold_inputs,
+                                    setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_inplace_over_pending_reader,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_views_of_lazy, setup,
