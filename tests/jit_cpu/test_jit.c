@@ -1115,6 +1115,27 @@ static void test_source_and_target(void **state)
   free(k);
 }
 
+/* Row mode: the second pass of a multi-row kernel prefetches the next row;
+** a single row has none to fetch. The approx functions fuse multiply-adds
+** exactly when approx.h does (APPROX_FMA). */
+static void test_rows_codegen(void **state)
+{
+  (void)state;
+  kir_kernel *k = softmax_kernel(TC_F32, 64, 1000, false);
+  jcpu_kernel *jk = compile(k);
+  const char *src = jcpu_source(jk);
+  assert_non_null(src);
+  assert_non_null(strstr(src, "__builtin_prefetch"));
+  assert_int_equal(strstr(src, "fmaf (") != NULL, APPROX_FMA);   /* dumped so */
+  jcpu_free(jk);
+  free(k);
+  k = softmax_kernel(TC_F32, 1, 1000, false);
+  jk = compile(k);
+  assert_null(strstr(jcpu_source(jk), "__builtin_prefetch"));
+  jcpu_free(jk);
+  free(k);
+}
+
 int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--hashes") == 0)
@@ -1145,6 +1166,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_failures),
     cmocka_unit_test(test_vectorized),
     cmocka_unit_test(test_source_and_target),
+    cmocka_unit_test(test_rows_codegen),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
