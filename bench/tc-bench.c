@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #endif
 #include <ctype.h>
+#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -950,14 +952,30 @@ static bool in_list(const char *list, const char *id) {
   return false;
 }
 
+/* The fresh store made for this run, removed at exit. Registered before
+** tc's first op, so it runs after tc's own exit handlers (LIFO). */
+static char store_dir[] = "/tmp/tc-bench-cache-XXXXXX";
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw) {
+  (void)st; (void)flag; (void)ftw;
+  remove(path);
+  return 0;
+}
+
+static void remove_store(void) {
+  nftw(store_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(int argc, char **argv) {
   /* Compile hot regions inline, so the compiled column times compiled
   ** code once its warm-ups are done (compile time is reported apart); a
   ** fresh store, so compiles are real unless TC_CACHE_DIR is given. */
   setenv("TC_ASYNC", "0", 0);
-  char store_dir[] = "/tmp/tc-bench-cache-XXXXXX";
-  if (!getenv("TC_CACHE_DIR") && mkdtemp(store_dir))
+  if (!getenv("TC_CACHE_DIR") && mkdtemp(store_dir)) {
     setenv("TC_CACHE_DIR", store_dir, 1);
+    atexit(remove_store);
+  }
   opt.reps = 11;
   opt.warmup = 2;
   opt.warmup_compiled = 5;
