@@ -325,6 +325,38 @@ static gcc_jit_rvalue *build_sigmoid(pr *p, gcc_jit_rvalue *x)
   return jb_let(p->j, "sg", p->t, dv(p, num, add(p, F(p, 1.0), e)));
 }
 
+/* approx_gelu_* */
+static gcc_jit_rvalue *build_gelu(pr *p, gcc_jit_rvalue *x)
+{
+  bool f32 = p->t == p->j->t->f32;
+  double hi = f32 ? 88.0 : 709.0, lo = f32 ? -87.0 : -708.0;
+  VF(x2, mul(p, x, x));
+  VF(z, mul(p, fma_(p, x2, F(p, f32 ? APPROX_F32_GELU_C3 : APPROX_F64_GELU_C3),
+                    F(p, f32 ? APPROX_F32_GELU_C1 : APPROX_F64_GELU_C1)), x));
+  VF(zc, sel(p, gt(p, z, F(p, hi)), F(p, hi), z));
+  SF(zc, sel(p, lt(p, z, F(p, lo)), F(p, lo), zc));
+  VF(t, fma_(p, zc, F(p, f32 ? APPROX_F32_LOG2E : APPROX_F64_LOG2E),
+             F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
+  VF(nf, sub(p, t, F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
+  VF(r, fma_(p, neg(p, nf),
+             F(p, f32 ? APPROX_F32_LN2_HI : APPROX_F64_LN2_HI), zc));
+  SF(r, fma_(p, neg(p, nf),
+             F(p, f32 ? APPROX_F32_LN2_LO : APPROX_F64_LN2_LO), r));
+  VF(q, f32 ? expm1_poly_f32(p, r) : expm1_poly_f64(p, r));
+  gcc_jit_rvalue *s;
+  if (f32) {
+    s = jb_let(p->j, "s", p->t,
+               fbits(p, shl(p, sub(p, bits(p, t),
+                                   U(p, APPROX_F32_RND_BITS - 127u)), 23)));
+  } else {
+    VU(nb, sub(p, bits(p, t), U(p, APPROX_F64_RND_BITS)));
+    s = jb_let(p->j, "s", p->t, fbits(p, shl(p, add(p, nb, U(p, 1023u)), 52)));
+  }
+  VF(e, fma_(p, s, q, s));
+  VF(y, dv(p, x, add(p, F(p, 1.0), e)));
+  return jb_let(p->j, "gl", p->t, sel(p, gt(p, z, F(p, hi)), F(p, -0.0), y));
+}
+
 /* approx_sincos_f32(x, q0, smask) */
 static gcc_jit_rvalue *build_sincos_f32(pr *p, gcc_jit_rvalue *x, uint32_t q0,
                                         uint32_t smask)
@@ -495,7 +527,7 @@ static gcc_jit_rvalue *build_pow(pr *p, gcc_jit_rvalue *a, gcc_jit_rvalue *b)
 static const char *const fname[KOP__MAX] = {
   [KOP_EXP] = "exp", [KOP_LOG] = "log", [KOP_TANH] = "tanh",
   [KOP_SIGMOID] = "sigmoid", [KOP_SIN] = "sin", [KOP_COS] = "cos",
-  [KOP_POW] = "pow",
+  [KOP_POW] = "pow", [KOP_GELU] = "gelu",
 };
 
 /* Build approx_<op>_<ty> as an always-inline function of this context. */
@@ -527,6 +559,7 @@ static gcc_jit_function *build_fn(jb *j, int op, gcc_jit_type *t)
     r = f32 ? build_tanh_f32(&p, x) : build_tanh_f64(&p, x);
     break;
   case KOP_SIGMOID: r = build_sigmoid(&p, x); break;
+  case KOP_GELU: r = build_gelu(&p, x); break;
   case KOP_SIN:
     r = f32 ? build_sincos_f32(&p, x, 0u, APPROX_F32_SIGN)
             : build_sincos_f64(&p, x, 0u, APPROX_F64_SIGN);

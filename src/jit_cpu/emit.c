@@ -356,7 +356,7 @@ static gcc_jit_rvalue *instr_expr(cg *g, int i)
     return gcc_jit_context_new_call(j->ctx, NULL, fn, 1, &a);
   }
   case KOP_EXP: case KOP_LOG: case KOP_TANH: case KOP_SIGMOID:
-  case KOP_SIN: case KOP_COS: case KOP_POW:
+  case KOP_SIN: case KOP_COS: case KOP_POW: case KOP_GELU:
     return jcpu_approx_call(j, in->op, t, a, b);
   case KOP_CONST: return konst(g, dt, in->cval);
   case KOP_SCALAR:

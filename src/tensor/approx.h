@@ -1,5 +1,5 @@
 /*
-** approx.h -- the project's own transcendentals (exp, log, tanh, sigmoid, sin, cos, pow)
+** approx.h -- the project's own transcendentals (exp, log, tanh, sigmoid, gelu, sin, cos, pow)
 ** for f32 and f64, built only from + - * /, selects, bit casts and integer ops, so eager
 ** kernels and JIT code (which re-expresses these exact sequences) agree bitwise and vectorize.
 */
@@ -342,6 +342,57 @@ static inline double approx_sigmoid_f64(double x)
   return num / (1.0 + e);
 }
 
+/* -- GELU (tanh form) ------------------------------------------------------------ */
+
+/* 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3), computed as the same function
+** x / (1 + e^z), z = -2u = x (C1 + C3 x^2): no cancellation for negative x (the tanh
+** form loses all digits there), and cheaper.  e^z is exp without its denormal path: z is
+** clamped to [-87, 88], where 2^n stays normal and one multiplication scales; beyond 88
+** (x < -10.0) the true value is below 7e-38 and the result is -0 (also for -inf, GELU's
+** limit); below -87, 1 + e^z rounds to 1 and the result is x. */
+#define APPROX_F32_GELU_C1 -0x1.988454p+0f          /* -2 sqrt(2/pi) */
+#define APPROX_F32_GELU_C3 -0x1.2444f2p-4f          /* -2 sqrt(2/pi) 0.044715 */
+#define APPROX_F64_GELU_C1 -0x1.9884533d43651p+0
+#define APPROX_F64_GELU_C3 -0x1.2444f2a4d8b4bp-4
+
+static inline float approx_gelu_f32(float x)
+{
+  float x2 = x * x;
+  float z = approx_fma_f32(x2, APPROX_F32_GELU_C3, APPROX_F32_GELU_C1) * x;
+  float zc = z > 88.0f ? 88.0f : z;
+  zc = z < -87.0f ? -87.0f : zc;
+  float t = approx_fma_f32(zc, APPROX_F32_LOG2E, APPROX_F32_RND);
+  float nf = t - APPROX_F32_RND;
+  float r = approx_fma_f32(-nf, APPROX_F32_LN2_HI, zc);
+  r = approx_fma_f32(-nf, APPROX_F32_LN2_LO, r);
+  float q = approx_expm1_poly_f32(r);
+  /* 2^n for -126 <= n <= 127: exponent field n + 127 */
+  float s = approx_from_bits_f32((approx_bits_f32(t) - (APPROX_F32_RND_BITS - 127u)) << 23);
+  float e = approx_fma_f32(s, q, s);
+  float y = x / (1.0f + e);
+  return z > 88.0f ? -0.0f : y;
+}
+
+/* As f32, z clamped to [-708, 709]: -0 from x < -21.2, where the true value is below
+** 3e-307. */
+static inline double approx_gelu_f64(double x)
+{
+  double x2 = x * x;
+  double z = approx_fma_f64(x2, APPROX_F64_GELU_C3, APPROX_F64_GELU_C1) * x;
+  double zc = z > 709.0 ? 709.0 : z;
+  zc = z < -708.0 ? -708.0 : zc;
+  double t = approx_fma_f64(zc, APPROX_F64_LOG2E, APPROX_F64_RND);
+  double nf = t - APPROX_F64_RND;
+  uint64_t nb = approx_bits_f64(t) - APPROX_F64_RND_BITS;
+  double r = approx_fma_f64(-nf, APPROX_F64_LN2_HI, zc);
+  r = approx_fma_f64(-nf, APPROX_F64_LN2_LO, r);
+  double q = approx_expm1_poly_f64(r);
+  double s = approx_from_bits_f64((nb + 1023u) << 52);   /* 2^n, -1021 <= n <= 1023 */
+  double e = approx_fma_f64(s, q, s);
+  double y = x / (1.0 + e);
+  return z > 709.0 ? -0.0 : y;
+}
+
 /* -- sin, cos ------------------------------------------------------------------ */
 
 /* sin r = r + r^3 S(r^2), cos r = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4 (abs error of S
@@ -620,6 +671,7 @@ static inline double approx_pow_f64(double a, double b)
 #define APPROX_LOG(x)     _Generic((x), float: approx_log_f32, double: approx_log_f64)(x)
 #define APPROX_TANH(x)    _Generic((x), float: approx_tanh_f32, double: approx_tanh_f64)(x)
 #define APPROX_SIGMOID(x) _Generic((x), float: approx_sigmoid_f32, double: approx_sigmoid_f64)(x)
+#define APPROX_GELU(x)    _Generic((x), float: approx_gelu_f32, double: approx_gelu_f64)(x)
 #define APPROX_SIN(x)     _Generic((x), float: approx_sin_f32, double: approx_sin_f64)(x)
 #define APPROX_COS(x)     _Generic((x), float: approx_cos_f32, double: approx_cos_f64)(x)
 #define APPROX_POW(a, b)  _Generic((a), float: approx_pow_f32, double: approx_pow_f64)(a, b)

@@ -52,6 +52,7 @@
 #define LOG(x)         APPROX_LOG(x)
 #define TANH(x)        APPROX_TANH(x)
 #define SIGMOID(x)     APPROX_SIGMOID(x)
+#define GELU(x)        APPROX_GELU(x)
 #define SIN(x)         APPROX_SIN(x)
 #define COS(x)         APPROX_COS(x)
 #define POW(x, y)      APPROX_POW(x, y)

@@ -161,6 +161,7 @@ static void test_unary_special_values(void **state) {
       {tc_relu, "relu", I, I}, {tc_gelu, "gelu", 0, 0},
       {tc_gelu, "gelu", I, I}, {tc_gelu, "gelu", N, N},
       {tc_gelu, "gelu", -100, 0}, {tc_gelu, "gelu", 100, 100},
+      {tc_gelu, "gelu", -I, 0},   /* the limit (-0), not -inf * 0 */
       {tc_silu, "silu", 0, 0}, {tc_silu, "silu", I, I},
       {tc_silu, "silu", N, N}, {tc_silu, "silu", -1000, 0},
       {tc_neg, "neg", I, -I}, {tc_neg, "neg", N, N}, {tc_abs, "abs", -I, I},

@@ -29,6 +29,9 @@
 #define BOUND_TANH_F64    3.0
 #define BOUND_SIGMOID_F64 2.5
 #define BOUND_SINCOS_F64  2.0
+/* gelu: err <= GELU_C * (1 + |z|) ulp, z = 2u: GELU's own condition number grows like
+** |z| for negative x (x e^-|z|), so a rounding in z costs |z| times its relative size. */
+#define BOUND_GELU_C      3.0
 /* pow: err <= POW_C0 + POW_C1 * |b| (the error of b log2 m grows with |b|) */
 #define POW_F32_C0 2.0
 #define POW_F32_C1 0.75
@@ -132,6 +135,13 @@ static const case_f64 C_SIGMOID_F64 = { "sigmoid f64", batch_sigmoid_f64, approx
                                         ref_sigmoidl };
 static const case_f64 C_SIN_F64 = { "sin f64", batch_sin_f64, approx_sin_f64, sinl };
 static const case_f64 C_COS_F64 = { "cos f64", batch_cos_f64, approx_cos_f64, cosl };
+
+/* GELU, tanh form, as x / (1 + e^-2u) (equal to 0.5 x (1 + tanh u); no cancellation). */
+static long double gelu_u(long double x)
+{
+  return 0.797884560802865355879892119868763737L * (x + 0.044715L * x * x * x);
+}
+static long double ref_gelul(long double x) { return x / (1.0L + expl(-2.0L * gelu_u(x))); }
 
 /* -- Sweep machinery --------------------------------------------------------------- */
 
@@ -677,6 +687,81 @@ static void test_approx_tanh_special(void **state)
   EQ64(approx_tanh_f64(DBL_MAX), 1.0);
 }
 
+/* GELU's error scaled by its condition (BOUND_GELU_C), over every 15th float of [-10,
+** 10.5] (f32) and 2M points of [-21.1, 22] (f64), i.e. down to where the result is cut
+** to -0 (checked in _special); vector and scalar code agree bitwise. */
+static void test_approx_gelu_accuracy(void **state)
+{
+  (void)state;
+  float in[CHUNK], out[CHUNK];
+  double worst = 0, worst_x = 0;
+  size_t n = 0;
+  int64_t stride = (int64_t)(15 / density) | 1, khi = key_f32(10.5f);
+  for (int64_t k = key_f32(-10.0f); k <= khi; k += stride) {
+    in[n++] = unkey_f32(k);
+    if (n < CHUNK && k + stride <= khi)
+      continue;
+    for (size_t i = 0; i < n; i++)
+      out[i] = approx_gelu_f32(in[i]);
+    for (size_t i = 0; i < n; i++) {
+      float (*volatile one)(float) = approx_gelu_f32;
+      EQ32(one(in[i]), out[i]);
+      long double ref = ref_gelul(in[i]);
+      double e = ulp_err_f32(out[i], (double)ref) /
+                 (1 + 2 * fabs((double)gelu_u(in[i])));
+      if (e > worst) {
+        worst = e;
+        worst_x = in[i];
+      }
+    }
+    n = 0;
+  }
+  printf("  gelu f32         max %.3f ulp / (1 + |z|) at x = %.9g\n", worst, worst_x);
+  assert_true(worst <= BOUND_GELU_C);
+  worst = 0;
+  size_t m = (size_t)(2000000 * density);
+  for (size_t i = 0; i <= m; i++) {
+    double x = -21.1 + 43.1 * rng_unit();
+    double (*volatile one)(double) = approx_gelu_f64;
+    double y = approx_gelu_f64(x);
+    EQ64(one(x), y);
+    double e = ulp_err_f64(y, ref_gelul(x)) / (1 + 2 * fabs((double)gelu_u(x)));
+    if (e > worst) {
+      worst = e;
+      worst_x = x;
+    }
+  }
+  printf("  gelu f64         max %.3f ulp / (1 + |z|) at x = %.17g\n", worst, worst_x);
+  assert_true(worst <= BOUND_GELU_C);
+}
+
+static void test_approx_gelu_special(void **state)
+{
+  (void)state;
+  EQ32(approx_gelu_f32(NAN), NAN);
+  EQ32(approx_gelu_f32(INFINITY), INFINITY);
+  EQ32(approx_gelu_f32(-INFINITY), -0.0f);    /* the limit, not inf * 0 */
+  EQ32(approx_gelu_f32(0.0f), 0.0f);
+  EQ32(approx_gelu_f32(-0.0f), -0.0f);
+  EQ32(approx_gelu_f32(-10.1f), -0.0f);      /* below 7e-38: cut to -0 */
+  EQ32(approx_gelu_f32(10.0f), 10.0f);
+  EQ32(approx_gelu_f32(FLT_MAX), FLT_MAX);
+  EQ32(approx_gelu_f32(0x1p-148f), 0x1p-149f);   /* x / 2 near 0, exactly */
+  float t = approx_gelu_f32(-9.9f);                     /* still a value, ~1e-36 */
+  assert_true(t < 0.0f && t > -1e-35f);
+  assert_true(ulp_err_f32(t, (double)ref_gelul(-9.9f)) <=
+              BOUND_GELU_C * (1 + 2 * fabs((double)gelu_u(-9.9f))));
+
+  EQ64(approx_gelu_f64(NAN), NAN);
+  EQ64(approx_gelu_f64(INFINITY), INFINITY);
+  EQ64(approx_gelu_f64(-INFINITY), -0.0);
+  EQ64(approx_gelu_f64(0.0), 0.0);
+  EQ64(approx_gelu_f64(-0.0), -0.0);
+  EQ64(approx_gelu_f64(-21.3), -0.0);
+  EQ64(approx_gelu_f64(30.0), 30.0);
+  EQ64(approx_gelu_f64(DBL_MAX), DBL_MAX);
+}
+
 static void test_approx_sigmoid_special(void **state)
 {
   (void)state;
@@ -879,6 +964,8 @@ int main(void)
     cmocka_unit_test(test_approx_log_special),
     cmocka_unit_test(test_approx_tanh_special),
     cmocka_unit_test(test_approx_sigmoid_special),
+    cmocka_unit_test(test_approx_gelu_special),
+    cmocka_unit_test(test_approx_gelu_accuracy),
     cmocka_unit_test(test_approx_sincos_special),
     cmocka_unit_test(test_approx_pow_special),
     cmocka_unit_test(test_approx_generic),
