@@ -4,9 +4,30 @@
 */
 #include "tensor.h"
 
+/* Do all n operands have the first one's shape? (Most calls: one test
+** instead of the general merge, on every op's path.) */
+static bool same_shapes(int n, const tc_tensor *const *ts)
+{
+  const tc_tensor *a = ts[0];
+  for (int i = 1; i < n; i++) {
+    if (ts[i]->ndim != a->ndim)
+      return false;
+    for (int d = 0; d < a->ndim; d++)
+      if (ts[i]->shape[d] != a->shape[d])
+        return false;
+  }
+  return true;
+}
+
 int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
                      int *ndim, int64_t *shape)
 {
+  if (n > 0 && same_shapes(n, ts)) {
+    for (int d = 0; d < ts[0]->ndim; d++)
+      shape[d] = ts[0]->shape[d];
+    *ndim = ts[0]->ndim;
+    return 0;
+  }
   int nd = 0;
   for (int i = 0; i < n; i++)
     if (ts[i]->ndim > nd)
@@ -55,8 +76,10 @@ static tc_dtype promoted(tc_op op, int n, const tc_tensor *const *ts,
 {
   int first = op == TC_OP_WHERE ? 1 : 0;
   tc_dtype dt = TC_BOOL;
+  /* tc_promote, inline: a tensor's dtype is always valid. */
   for (int i = first; i < n; i++)
-    dt = tc_promote(dt, (tc_dtype)ts[i]->dtype);
+    if (ts[i]->dtype > dt)
+      dt = (tc_dtype)ts[i]->dtype;
   if (op_table[op].nsc > 0 && !tensor_dtype_is_float(dt)) {
     if (!integral_scalars(op, s))
       dt = TC_F32;

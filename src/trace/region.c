@@ -50,7 +50,7 @@ void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
   run_hook = run;
 }
 
-/* -- Bookkeeping: held nodes and pending writes ------------------------------ */
+/* -- Bookkeeping: pending writes ------------------------------------------- */
 
 static int grow(void **arr, int *cap, int need, size_t esz)
 {
@@ -65,24 +65,6 @@ static int grow(void **arr, int *cap, int need, size_t esz)
   *arr = p;
   *cap = c;
   return 0;
-}
-
-void trace_held_add(trace_node *n)
-{
-  trace_state *s = &trace_ts;
-  if (grow((void **)&s->held, &s->cap_held, s->nheld + 1,
-           sizeof *s->held) == 0)
-    s->held[s->nheld++] = n;
-}
-
-void trace_held_remove(trace_node *n)
-{
-  trace_state *s = &trace_ts;
-  for (int i = s->nheld - 1; i >= 0; i--)
-    if (s->held[i] == n) {
-      s->held[i] = s->held[--s->nheld];
-      break;
-    }
 }
 
 trace_pending *trace_pending_find(const tc_tensor *t)
