@@ -19,15 +19,12 @@ static bool same_shapes(int n, const tc_tensor *const *ts)
   return true;
 }
 
-int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
-                     int *ndim, int64_t *shape)
+/* The general merge (kept out of line, so the common case saves no
+** registers). */
+static __attribute__((noinline)) int
+broadcast_merge(const char *fn, int n, const tc_tensor *const *ts, int *ndim,
+                int64_t *shape)
 {
-  if (n > 0 && same_shapes(n, ts)) {
-    for (int d = 0; d < ts[0]->ndim; d++)
-      shape[d] = ts[0]->shape[d];
-    *ndim = ts[0]->ndim;
-    return 0;
-  }
   int nd = 0;
   for (int i = 0; i < n; i++)
     if (ts[i]->ndim > nd)
@@ -53,6 +50,17 @@ int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
     }
   }
   *ndim = nd;
+  return 0;
+}
+
+int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
+                     int *ndim, int64_t *shape)
+{
+  if (n == 0 || !same_shapes(n, ts))
+    return broadcast_merge(fn, n, ts, ndim, shape);
+  for (int d = 0; d < ts[0]->ndim; d++)
+    shape[d] = ts[0]->shape[d];
+  *ndim = ts[0]->ndim;
   return 0;
 }
 

@@ -19,8 +19,8 @@
 
 #include "trace_int.h"
 
-static trace_config cfg = { .hot = 2, .recompile_limit = 8,
-                            .node_limit = 2048 };
+trace_config trace_config_cur = { .hot = 2, .recompile_limit = 8,
+                                  .node_limit = 2048 };
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static trace_compile_fn compile_hook;
 static trace_run_fn run_hook;
@@ -36,13 +36,12 @@ static int env_int(const char *name, int dflt, int lo, int hi)
 
 void trace_config_load(void)
 {
-  cfg.hot = env_int("TC_HOT", 2, 1, 1 << 30);
-  cfg.recompile_limit = env_int("TC_RECOMPILE_LIMIT", 8, 1, 1 << 20);
-  cfg.node_limit = env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
-  cache_configure(&(cache_config){ cfg.hot, cfg.recompile_limit });
+  trace_config *c = &trace_config_cur;
+  c->hot = env_int("TC_HOT", 2, 1, 1 << 30);
+  c->recompile_limit = env_int("TC_RECOMPILE_LIMIT", 8, 1, 1 << 20);
+  c->node_limit = env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
+  cache_configure(&(cache_config){ c->hot, c->recompile_limit });
 }
-
-const trace_config *trace_cfg(void) { return &cfg; }
 
 void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
 {

@@ -14,7 +14,9 @@ typedef struct {
 } trace_config;
 
 void trace_config_load(void);
-const trace_config *trace_cfg(void);
+extern trace_config trace_config_cur;   /* set by trace_config_load */
+/* Inline: the node limit is checked on every recorded op. */
+static inline const trace_config *trace_cfg(void) { return &trace_config_cur; }
 
 /* A traced in-place write not yet written back. */
 typedef struct {
