@@ -34,6 +34,7 @@ void eager_note_compiled_run(void)
     t_first_compiled = mono_ms();
 }
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_bool ready;   /* init_once has run: skip pthread_once */
 
 static bool env_flag(const char *name, bool dflt)
 {
@@ -87,9 +88,15 @@ static void init_once(void)
     eager_global_include(TC_KEYSET(TC_KEY_TRACE), true);
   if (cfg.stats_at_exit)
     atexit(print_stats);
+  atomic_store_explicit(&ready, true, memory_order_release);
 }
 
-void eager_init(void) { pthread_once(&once, init_once); }
+/* Every op calls this; after init one acquire load is the whole cost. */
+void eager_init(void)
+{
+  if (!atomic_load_explicit(&ready, memory_order_acquire))
+    pthread_once(&once, init_once);
+}
 
 const eager_config *eager_cfg(void)
 {

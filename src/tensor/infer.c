@@ -4,8 +4,26 @@
 */
 #include "tensor.h"
 
-int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
-                     int *ndim, int64_t *shape)
+/* Do all n operands have the first one's shape? (Most calls: one test
+** instead of the general merge, on every op's path.) */
+static bool same_shapes(int n, const tc_tensor *const *ts)
+{
+  const tc_tensor *a = ts[0];
+  for (int i = 1; i < n; i++) {
+    if (ts[i]->ndim != a->ndim)
+      return false;
+    for (int d = 0; d < a->ndim; d++)
+      if (ts[i]->shape[d] != a->shape[d])
+        return false;
+  }
+  return true;
+}
+
+/* The general merge (kept out of line, so the common case saves no
+** registers). */
+static __attribute__((noinline)) int
+broadcast_merge(const char *fn, int n, const tc_tensor *const *ts, int *ndim,
+                int64_t *shape)
 {
   int nd = 0;
   for (int i = 0; i < n; i++)
@@ -35,6 +53,17 @@ int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
   return 0;
 }
 
+int tensor_broadcast(const char *fn, int n, const tc_tensor *const *ts,
+                     int *ndim, int64_t *shape)
+{
+  if (n == 0 || !same_shapes(n, ts))
+    return broadcast_merge(fn, n, ts, ndim, shape);
+  for (int d = 0; d < ts[0]->ndim; d++)
+    shape[d] = ts[0]->shape[d];
+  *ndim = ts[0]->ndim;
+  return 0;
+}
+
 /* Is every scalar argument a whole number that an integer dtype holds? */
 static bool integral_scalars(tc_op op, const double *s)
 {
@@ -55,8 +84,10 @@ static tc_dtype promoted(tc_op op, int n, const tc_tensor *const *ts,
 {
   int first = op == TC_OP_WHERE ? 1 : 0;
   tc_dtype dt = TC_BOOL;
+  /* tc_promote, inline: a tensor's dtype is always valid. */
   for (int i = first; i < n; i++)
-    dt = tc_promote(dt, (tc_dtype)ts[i]->dtype);
+    if (ts[i]->dtype > dt)
+      dt = (tc_dtype)ts[i]->dtype;
   if (op_table[op].nsc > 0 && !tensor_dtype_is_float(dt)) {
     if (!integral_scalars(op, s))
       dt = TC_F32;

@@ -278,24 +278,11 @@ void tensor_free(tc_tensor *t)
   tensor_handle_dealloc(t);
 }
 
-tc_tensor *tensor_ref(tc_tensor *t)
-{
-  if (t)
-    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
-  return t;
-}
-
 tc_tensor *tc_retain(tc_tensor *t)
 {
   if (t)
     atomic_fetch_add_explicit(&t->user_refs, 1, memory_order_relaxed);
   return tensor_ref(t);
-}
-
-void tensor_unref(tc_tensor *t)
-{
-  if (t && atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
-    tensor_free(t);
 }
 
 /* The program's release. A scope holds the program's creation reference:

@@ -166,10 +166,20 @@ tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,
 extern void (*tensor_lazy_release_hook)(tc_tensor *t);
 /* References tc itself holds (views of work tensors, graph leaves): never
 ** the program's, so they do not touch scope bookkeeping. */
-tc_tensor *tensor_ref(tc_tensor *t);
-void tensor_unref(tc_tensor *t);
 /* Free a handle whose refcount reached zero (scope bookkeeping included). */
 void tensor_free(tc_tensor *t);
+/* (Inline: every op takes and drops a few.) */
+static inline tc_tensor *tensor_ref(tc_tensor *t)
+{
+  if (t)
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+  return t;
+}
+static inline void tensor_unref(tc_tensor *t)
+{
+  if (t && atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+    tensor_free(t);
+}
 
 static inline void *tensor_ptr(const tc_tensor *t)
 {

@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_INLINE_ALL   /* one short hash per op: inline it */
-#include <xxhash.h>
-
 #include "trace_int.h"
 
 _Thread_local trace_state trace_ts;
@@ -115,6 +112,23 @@ void trace_node_release(trace_node *n)
   }
 }
 
+/* -- Structure hashes ------------------------------------------------------ */
+
+/* One word into a structure hash: the 128-bit product of (state ^ word) and
+** an odd constant, folded to 64 bits (foldhash's folded multiply). Each
+** product bit depends on every lower bit of both factors and the high half
+** on all of them, so the fold is well mixed; one multiply per word keeps
+** hashing off the recording path's cost (it runs for every traced op). */
+#define HASH_SEED 0x243f6a8885a308d3u   /* pi: any nonzero start */
+#define HASH_MUL  0x9e3779b97f4a7c15u   /* odd, 2^64 / golden ratio */
+
+static inline uint64_t hash_word(uint64_t h, uint64_t v)
+{
+  __extension__ typedef unsigned __int128 u128;
+  u128 p = (u128)(h ^ v) * HASH_MUL;
+  return (uint64_t)p ^ (uint64_t)(p >> 64);
+}
+
 /* The structure hash of a leaf edge depends on the tensor's rank alone:
 ** its dtype is guarded, not structure (a region that casts its input first
 ** is the same region for any input dtype), and which tensor it is enters
@@ -124,49 +138,83 @@ static uint64_t leaf_hashes[TC_MAX_DIMS + 1];
 
 static void leaf_hashes_init(void)
 {
-  for (int d = 0; d <= TC_MAX_DIMS; d++) {
-    int64_t buf[2] = { (int64_t)TC_OP__MAX | (int64_t)d << 32, 0 };
-    leaf_hashes[d] = XXH3_64bits(buf, sizeof buf);
-  }
+  for (int d = 0; d <= TC_MAX_DIMS; d++)
+    leaf_hashes[d] = hash_word(HASH_SEED, (uint64_t)TC_OP__MAX |
+                                          (uint64_t)d << 32);
 }
 
 uint64_t trace_leaf_hash(int ndim) { return leaf_hashes[ndim]; }
+
+/* A view's geometry as read by an edge (rank word marked, so a viewed edge
+** never reads like an unviewed one followed by another edge). */
+static uint64_t geom_hash(uint64_t h, const tensor_geom *g)
+{
+  h = hash_word(h, (uint64_t)g->ndim | (uint64_t)1 << 32);
+  for (int d = 0; d < g->ndim; d++) {
+    h = hash_word(h, (uint64_t)g->shape[d]);
+    h = hash_word(h, (uint64_t)g->stride[d]);
+  }
+  return hash_word(h, (uint64_t)g->offset);
+}
 
 /* The structure hash of a node: its op and attributes, and its inputs'
 ** hashes and view geometry. Scalar values are runtime arguments and stay
 ** out; whether an op has scalars is implied by the op. O(1) per op. */
 static uint64_t node_hash(const trace_node *n)
 {
-  /* One flat buffer, hashed in one call. */
-  int64_t buf[8 + 3 * (2 + 2 * TC_MAX_DIMS)];
-  int k = 0;
-  buf[k++] = (int64_t)n->op | (int64_t)n->dtype << 16 |
-             (int64_t)n->cdtype << 24 | (int64_t)n->ndim << 32 |
-             (int64_t)n->nin << 40 | (int64_t)n->keepdim << 48;
-  buf[k++] = n->dim;
+  uint64_t h = hash_word(HASH_SEED,
+                         (uint64_t)n->op | (uint64_t)n->dtype << 16 |
+                         (uint64_t)n->cdtype << 24 | (uint64_t)n->ndim << 32 |
+                         (uint64_t)n->nin << 40 | (uint64_t)n->keepdim << 48);
+  h = hash_word(h, (uint64_t)(int64_t)n->dim);
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    buf[k++] = e->node   ? (int64_t)e->node->hash
-               : e->leaf ? (int64_t)leaf_hashes[e->leaf->ndim]
-                         : 0;
-    if (e->viewed) {
-      buf[k++] = e->geom.ndim | (int64_t)1 << 32;
-      for (int d = 0; d < e->geom.ndim; d++) {
-        buf[k++] = e->geom.shape[d];
-        buf[k++] = e->geom.stride[d];
-      }
-      buf[k++] = e->geom.offset;
-    }
+    h = hash_word(h, e->node   ? e->node->hash
+                     : e->leaf ? leaf_hashes[e->leaf->ndim]
+                               : 0);
+    if (e->viewed)
+      h = geom_hash(h, &e->geom);
   }
-  return XXH3_64bits(buf, sizeof(int64_t) * (size_t)k);
+  return h;
 }
 
 /* -- Handles ---------------------------------------------------------------- */
 
+/* The held list: nodes with live handles, for realizations that must
+** find them (close_writes, realize_all). A node keeps its index, so
+** removal is a swap with the last. Best effort on OOM: such a node is
+** not found by those walks, as before (held = -1). */
+static void held_add(trace_node *n)
+{
+  trace_state *s = &trace_ts;
+  if (s->nheld == s->cap_held) {
+    int cap = s->cap_held ? 2 * s->cap_held : 16;
+    trace_node **p = realloc(s->held, sizeof *p * (size_t)cap);
+    if (!p) {
+      n->held = -1;
+      return;
+    }
+    s->held = p;
+    s->cap_held = cap;
+  }
+  n->held = s->nheld;
+  s->held[s->nheld++] = n;
+}
+
+static void held_remove(trace_node *n)
+{
+  trace_state *s = &trace_ts;
+  if (n->held < 0)
+    return;
+  trace_node *last = s->held[--s->nheld];
+  s->held[n->held] = last;
+  last->held = n->held;
+}
+
 static void handle_link(trace_node *n, tc_tensor *h)
 {
   if (!n->handles)
-    trace_held_add(n);
+    held_add(n);
   h->lazy_next = n->handles;
   n->handles = h;
   trace_node_retain(n);
@@ -181,7 +229,7 @@ static void handle_unlink(trace_node *n, tc_tensor *h)
     }
   h->lazy_next = NULL;
   if (!n->handles)
-    trace_held_remove(n);
+    held_remove(n);
 }
 
 /* A lazy handle over node n with geometry g (NULL: n's contiguous shape). */
@@ -204,17 +252,25 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   h->scope_slot = -1;
   h->offset = 0;
   h->storage = NULL;
-  h->numel = 1;
-  for (int d = 0; d < ndim; d++) {
-    h->shape[d] = shape[d];
-    h->numel *= shape[d];
-  }
+  int64_t numel = 1;
   if (g) {
-    memcpy(h->stride, g->stride, sizeof(int64_t) * (size_t)ndim);
+    for (int d = 0; d < ndim; d++) {
+      h->shape[d] = shape[d];
+      h->stride[d] = g->stride[d];
+      numel *= shape[d];
+    }
     h->offset = g->offset;
   } else {
-    tensor_contiguous_strides(ndim, shape, h->stride);
+    /* tensor_contiguous_strides, in the same pass (a size 0 counts as 1). */
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+      h->shape[d] = shape[d];
+      h->stride[d] = st;
+      st *= shape[d] > 1 ? shape[d] : 1;
+      numel *= shape[d];
+    }
   }
+  h->numel = numel;
   h->lazy = n;
   handle_link(n, h);
   return h;

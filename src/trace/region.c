@@ -19,8 +19,8 @@
 
 #include "trace_int.h"
 
-static trace_config cfg = { .hot = 2, .recompile_limit = 8,
-                            .node_limit = 2048 };
+trace_config trace_config_cur = { .hot = 2, .recompile_limit = 8,
+                                  .node_limit = 2048 };
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static trace_compile_fn compile_hook;
 static trace_run_fn run_hook;
@@ -36,13 +36,12 @@ static int env_int(const char *name, int dflt, int lo, int hi)
 
 void trace_config_load(void)
 {
-  cfg.hot = env_int("TC_HOT", 2, 1, 1 << 30);
-  cfg.recompile_limit = env_int("TC_RECOMPILE_LIMIT", 8, 1, 1 << 20);
-  cfg.node_limit = env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
-  cache_configure(&(cache_config){ cfg.hot, cfg.recompile_limit });
+  trace_config *c = &trace_config_cur;
+  c->hot = env_int("TC_HOT", 2, 1, 1 << 30);
+  c->recompile_limit = env_int("TC_RECOMPILE_LIMIT", 8, 1, 1 << 20);
+  c->node_limit = env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
+  cache_configure(&(cache_config){ c->hot, c->recompile_limit });
 }
-
-const trace_config *trace_cfg(void) { return &cfg; }
 
 void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
 {
@@ -50,7 +49,7 @@ void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
   run_hook = run;
 }
 
-/* -- Bookkeeping: held nodes and pending writes ------------------------------ */
+/* -- Bookkeeping: pending writes ------------------------------------------- */
 
 static int grow(void **arr, int *cap, int need, size_t esz)
 {
@@ -65,24 +64,6 @@ static int grow(void **arr, int *cap, int need, size_t esz)
   *arr = p;
   *cap = c;
   return 0;
-}
-
-void trace_held_add(trace_node *n)
-{
-  trace_state *s = &trace_ts;
-  if (grow((void **)&s->held, &s->cap_held, s->nheld + 1,
-           sizeof *s->held) == 0)
-    s->held[s->nheld++] = n;
-}
-
-void trace_held_remove(trace_node *n)
-{
-  trace_state *s = &trace_ts;
-  for (int i = s->nheld - 1; i >= 0; i--)
-    if (s->held[i] == n) {
-      s->held[i] = s->held[--s->nheld];
-      break;
-    }
 }
 
 trace_pending *trace_pending_find(const tc_tensor *t)

@@ -46,6 +46,7 @@ struct trace_node {
   uint64_t hash;         /* structure of the subgraph, kept incrementally */
   tc_tensor *value;      /* computed value (contiguous, owned ref) */
   tc_tensor *handles;    /* lazy handles over this node (borrowed list) */
+  int held;              /* index in the thread's held list while handles */
   uint64_t mark;         /* walk epoch */
   uint64_t born;         /* realizations done when the node was made */
   int slot;              /* index in the region being realized */

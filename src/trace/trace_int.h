@@ -14,7 +14,9 @@ typedef struct {
 } trace_config;
 
 void trace_config_load(void);
-const trace_config *trace_cfg(void);
+extern trace_config trace_config_cur;   /* set by trace_config_load */
+/* Inline: the node limit is checked on every recorded op. */
+static inline const trace_config *trace_cfg(void) { return &trace_config_cur; }
 
 /* A traced in-place write not yet written back. */
 typedef struct {
@@ -27,7 +29,8 @@ typedef struct {
   int live_nodes;
   trace_pending *pending;   /* owned array */
   int npending, cap_pending;
-  trace_node **held;        /* nodes with live handles (borrowed) */
+  trace_node **held;        /* nodes with live handles (borrowed; each
+                               knows its index: removal is O(1)) */
   int nheld, cap_held;
   uint64_t epoch;           /* walk marks */
   uint64_t realizations;    /* regions realized on this thread */
@@ -43,9 +46,6 @@ uint64_t trace_leaf_hash(int ndim);
 void trace_node_release(trace_node *n);
 tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g);
 void trace_materialize_handles(trace_node *n, tc_tensor *v);
-
-void trace_held_add(trace_node *n);
-void trace_held_remove(trace_node *n);
 
 trace_pending *trace_pending_find(const tc_tensor *t);
 int trace_pending_set(tc_tensor *dst, trace_node *n);
