@@ -84,7 +84,8 @@ static tc_dtype promoted(tc_op op, int n, const tc_tensor *const *ts,
 {
   int first = op == TC_OP_WHERE ? 1 : 0;
   tc_dtype dt = TC_BOOL;
-  /* tc_promote, inline: a tensor's dtype is always valid. */
+  /* tc_promote, inline (a tensor's dtype is always valid): tc.h lists the
+  ** dtypes in promotion order, so promotion is the larger one. */
   for (int i = first; i < n; i++)
     if (ts[i]->dtype > dt)
       dt = (tc_dtype)ts[i]->dtype;
