@@ -175,6 +175,21 @@ static gcc_jit_rvalue *exp_poly(pr *p, gcc_jit_rvalue *r)
   return p->t == p->j->t->f32 ? exp_poly_f32(p, r) : exp_poly_f64(p, r);
 }
 
+/* approx_ln2_reduce_*: returns r, *t gets the magic sum. */
+static gcc_jit_rvalue *ln2_reduce(pr *p, gcc_jit_rvalue *x, gcc_jit_rvalue **t)
+{
+  bool f32 = p->t == p->j->t->f32;
+  VF(tt, fma_(p, x, F(p, f32 ? APPROX_F32_LOG2E : APPROX_F64_LOG2E),
+              F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
+  VF(nf, sub(p, tt, F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
+  VF(r, fma_(p, neg(p, nf),
+             F(p, f32 ? APPROX_F32_LN2_HI : APPROX_F64_LN2_HI), x));
+  *t = tt;
+  return jb_let(p->j, "r", p->t,
+                fma_(p, neg(p, nf),
+                     F(p, f32 ? APPROX_F32_LN2_LO : APPROX_F64_LN2_LO), r));
+}
+
 /* approx_scale_f32 / _f64: p * 2^n as two multiplications. */
 static gcc_jit_rvalue *scale(pr *p, gcc_jit_rvalue *pv, gcc_jit_rvalue *nb)
 {
@@ -245,15 +260,10 @@ static gcc_jit_rvalue *build_exp(pr *p, gcc_jit_rvalue *x)
   double hi = f32 ? 89.0 : 710.0, lo = f32 ? -104.0 : -746.0;
   VF(xc, sel(p, gt(p, x, F(p, hi)), F(p, hi), x));
   SF(xc, sel(p, lt(p, x, F(p, lo)), F(p, lo), xc));
-  VF(t, fma_(p, xc, F(p, f32 ? APPROX_F32_LOG2E : APPROX_F64_LOG2E),
-             F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
-  VF(nf, sub(p, t, F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
+  gcc_jit_rvalue *t;
+  VF(r, ln2_reduce(p, xc, &t));
   VU(nb, sub(p, bits(p, t),
              U(p, f32 ? APPROX_F32_RND_BITS : APPROX_F64_RND_BITS)));
-  VF(r, fma_(p, neg(p, nf),
-             F(p, f32 ? APPROX_F32_LN2_HI : APPROX_F64_LN2_HI), xc));
-  SF(r, fma_(p, neg(p, nf),
-             F(p, f32 ? APPROX_F32_LN2_LO : APPROX_F64_LN2_LO), r));
   VF(pp, exp_poly(p, r));
   return scale(p, pp, nb);
 }
@@ -285,10 +295,8 @@ static gcc_jit_rvalue *build_tanh_f32(pr *p, gcc_jit_rvalue *x)
   VF(ax, fbits(p, band(p, bits(p, x), U(p, ~APPROX_F32_SIGN))));
   SF(ax, sel(p, gt(p, ax, F(p, 9.5)), F(p, 9.5), ax));
   VF(u, add(p, ax, ax));
-  VF(t, fma_(p, u, F(p, APPROX_F32_LOG2E), F(p, APPROX_F32_RND)));
-  VF(nf, sub(p, t, F(p, APPROX_F32_RND)));
-  VF(r, fma_(p, neg(p, nf), F(p, APPROX_F32_LN2_HI), u));
-  SF(r, fma_(p, neg(p, nf), F(p, APPROX_F32_LN2_LO), r));
+  gcc_jit_rvalue *t;
+  VF(r, ln2_reduce(p, u, &t));
   VF(q, expm1_poly_f32(p, r));
   VF(s, fbits(p, shl(p, sub(p, bits(p, t),
                             U(p, APPROX_F32_RND_BITS - 127u)), 23)));
@@ -304,11 +312,9 @@ static gcc_jit_rvalue *build_tanh_f64(pr *p, gcc_jit_rvalue *x)
   VF(ax, fbits(p, band(p, bits(p, x), U(p, ~APPROX_F64_SIGN))));
   SF(ax, sel(p, gt(p, ax, F(p, 22.0)), F(p, 22.0), ax));
   VF(u, add(p, ax, ax));
-  VF(t, fma_(p, u, F(p, APPROX_F64_LOG2E), F(p, APPROX_F64_RND)));
-  VF(nf, sub(p, t, F(p, APPROX_F64_RND)));
+  gcc_jit_rvalue *t;
+  VF(r, ln2_reduce(p, u, &t));
   VU(nb, sub(p, bits(p, t), U(p, APPROX_F64_RND_BITS)));
-  VF(r, fma_(p, neg(p, nf), F(p, APPROX_F64_LN2_HI), u));
-  SF(r, fma_(p, neg(p, nf), F(p, APPROX_F64_LN2_LO), r));
   VF(q, expm1_poly_f64(p, r));
   VF(s, fbits(p, shl(p, add(p, nb, U(p, 1023u)), 52)));
   VF(em1, fma_(p, s, q, sub(p, s, F(p, 1.0))));
@@ -335,13 +341,8 @@ static gcc_jit_rvalue *build_gelu(pr *p, gcc_jit_rvalue *x)
                     F(p, f32 ? APPROX_F32_GELU_C1 : APPROX_F64_GELU_C1)), x));
   VF(zc, sel(p, gt(p, z, F(p, hi)), F(p, hi), z));
   SF(zc, sel(p, lt(p, z, F(p, lo)), F(p, lo), zc));
-  VF(t, fma_(p, zc, F(p, f32 ? APPROX_F32_LOG2E : APPROX_F64_LOG2E),
-             F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
-  VF(nf, sub(p, t, F(p, f32 ? APPROX_F32_RND : APPROX_F64_RND)));
-  VF(r, fma_(p, neg(p, nf),
-             F(p, f32 ? APPROX_F32_LN2_HI : APPROX_F64_LN2_HI), zc));
-  SF(r, fma_(p, neg(p, nf),
-             F(p, f32 ? APPROX_F32_LN2_LO : APPROX_F64_LN2_LO), r));
+  gcc_jit_rvalue *t;
+  VF(r, ln2_reduce(p, zc, &t));
   VF(q, f32 ? expm1_poly_f32(p, r) : expm1_poly_f64(p, r));
   gcc_jit_rvalue *s;
   if (f32) {

@@ -138,6 +138,27 @@ static inline double approx_expm1_poly_f64(double r)   /* e^r - 1 = r + r^2 E(r)
 
 static inline double approx_exp_poly_f64(double r) { return approx_expm1_poly_f64(r) + 1.0; }
 
+/* x = n ln2 + r: n = round(x / ln2) by the magic number, r = x - n ln2 in two steps
+** (Cody-Waite; n * LN2_HI is exact).  Returns r; *t gets the magic sum, whose low bits
+** are n.  |x| must stay below 2^22 ln2 (2^51 ln2 for f64), as every caller's clamp keeps it. */
+static inline float approx_ln2_reduce_f32(float x, float *t)
+{
+  float tt = approx_fma_f32(x, APPROX_F32_LOG2E, APPROX_F32_RND);
+  float nf = tt - APPROX_F32_RND;
+  float r = approx_fma_f32(-nf, APPROX_F32_LN2_HI, x);   /* exact */
+  *t = tt;
+  return approx_fma_f32(-nf, APPROX_F32_LN2_LO, r);
+}
+
+static inline double approx_ln2_reduce_f64(double x, double *t)
+{
+  double tt = approx_fma_f64(x, APPROX_F64_LOG2E, APPROX_F64_RND);
+  double nf = tt - APPROX_F64_RND;
+  double r = approx_fma_f64(-nf, APPROX_F64_LN2_HI, x);
+  *t = tt;
+  return approx_fma_f64(-nf, APPROX_F64_LN2_LO, r);
+}
+
 /* p * 2^n, n given as two's complement bits, -152 <= n <= 254 (f32).  n = n1 + n2 with
 ** n1 = floor(n/2): both factors are normal, p*2^n1 is exact, so a denormal result
 ** rounds once.  (nb + 256) >> 1 is a logical shift of a positive number. */
@@ -170,11 +191,9 @@ static inline float approx_exp_f32(float x)
 {
   float xc = x > 89.0f ? 89.0f : x;           /* e^89 overflows */
   xc = x < -104.0f ? -104.0f : xc;            /* e^-104 < 2^-150: rounds to 0 */
-  float t = approx_fma_f32(xc, APPROX_F32_LOG2E, APPROX_F32_RND);
-  float nf = t - APPROX_F32_RND;
+  float t;
+  float r = approx_ln2_reduce_f32(xc, &t);
   uint32_t nb = approx_bits_f32(t) - APPROX_F32_RND_BITS;
-  float r = approx_fma_f32(-nf, APPROX_F32_LN2_HI, xc);   /* exact */
-  r = approx_fma_f32(-nf, APPROX_F32_LN2_LO, r);
   float p = approx_exp_poly_f32(r);
   return approx_scale_f32(p, nb);
 }
@@ -183,11 +202,9 @@ static inline double approx_exp_f64(double x)
 {
   double xc = x > 710.0 ? 710.0 : x;          /* e^710 overflows */
   xc = x < -746.0 ? -746.0 : xc;              /* e^-746 < 2^-1075: rounds to 0 */
-  double t = approx_fma_f64(xc, APPROX_F64_LOG2E, APPROX_F64_RND);
-  double nf = t - APPROX_F64_RND;
+  double t;
+  double r = approx_ln2_reduce_f64(xc, &t);
   uint64_t nb = approx_bits_f64(t) - APPROX_F64_RND_BITS;
-  double r = approx_fma_f64(-nf, APPROX_F64_LN2_HI, xc);
-  r = approx_fma_f64(-nf, APPROX_F64_LN2_LO, r);
   double p = approx_exp_poly_f64(r);
   return approx_scale_f64(p, nb);
 }
@@ -291,10 +308,8 @@ static inline float approx_tanh_f32(float x)
   float ax = approx_from_bits_f32(approx_bits_f32(x) & ~APPROX_F32_SIGN);
   ax = ax > 9.5f ? 9.5f : ax;
   float u = ax + ax;
-  float t = approx_fma_f32(u, APPROX_F32_LOG2E, APPROX_F32_RND);   /* n = round(2|x| / ln2) */
-  float nf = t - APPROX_F32_RND;
-  float r = approx_fma_f32(-nf, APPROX_F32_LN2_HI, u);
-  r = approx_fma_f32(-nf, APPROX_F32_LN2_LO, r);
+  float t;
+  float r = approx_ln2_reduce_f32(u, &t);       /* n = round(2|x| / ln2) */
   float q = approx_expm1_poly_f32(r);
   /* 2^n for 0 <= n <= 28: exponent field n + 127 */
   float s = approx_from_bits_f32((approx_bits_f32(t) - (APPROX_F32_RND_BITS - 127u)) << 23);
@@ -310,11 +325,9 @@ static inline double approx_tanh_f64(double x)
   double ax = approx_from_bits_f64(approx_bits_f64(x) & ~APPROX_F64_SIGN);
   ax = ax > 22.0 ? 22.0 : ax;
   double u = ax + ax;
-  double t = approx_fma_f64(u, APPROX_F64_LOG2E, APPROX_F64_RND);
-  double nf = t - APPROX_F64_RND;
+  double t;
+  double r = approx_ln2_reduce_f64(u, &t);
   uint64_t nb = approx_bits_f64(t) - APPROX_F64_RND_BITS;
-  double r = approx_fma_f64(-nf, APPROX_F64_LN2_HI, u);
-  r = approx_fma_f64(-nf, APPROX_F64_LN2_LO, r);
   double q = approx_expm1_poly_f64(r);
   double s = approx_from_bits_f64((nb + 1023u) << 52);   /* 2^n, 0 <= n <= 64 */
   double em1 = approx_fma_f64(s, q, s - 1.0);
@@ -361,10 +374,8 @@ static inline float approx_gelu_f32(float x)
   float z = approx_fma_f32(x2, APPROX_F32_GELU_C3, APPROX_F32_GELU_C1) * x;
   float zc = z > 88.0f ? 88.0f : z;
   zc = z < -87.0f ? -87.0f : zc;
-  float t = approx_fma_f32(zc, APPROX_F32_LOG2E, APPROX_F32_RND);
-  float nf = t - APPROX_F32_RND;
-  float r = approx_fma_f32(-nf, APPROX_F32_LN2_HI, zc);
-  r = approx_fma_f32(-nf, APPROX_F32_LN2_LO, r);
+  float t;
+  float r = approx_ln2_reduce_f32(zc, &t);
   float q = approx_expm1_poly_f32(r);
   /* 2^n for -126 <= n <= 127: exponent field n + 127 */
   float s = approx_from_bits_f32((approx_bits_f32(t) - (APPROX_F32_RND_BITS - 127u)) << 23);
@@ -381,11 +392,9 @@ static inline double approx_gelu_f64(double x)
   double z = approx_fma_f64(x2, APPROX_F64_GELU_C3, APPROX_F64_GELU_C1) * x;
   double zc = z > 709.0 ? 709.0 : z;
   zc = z < -708.0 ? -708.0 : zc;
-  double t = approx_fma_f64(zc, APPROX_F64_LOG2E, APPROX_F64_RND);
-  double nf = t - APPROX_F64_RND;
+  double t;
+  double r = approx_ln2_reduce_f64(zc, &t);
   uint64_t nb = approx_bits_f64(t) - APPROX_F64_RND_BITS;
-  double r = approx_fma_f64(-nf, APPROX_F64_LN2_HI, zc);
-  r = approx_fma_f64(-nf, APPROX_F64_LN2_LO, r);
   double q = approx_expm1_poly_f64(r);
   double s = approx_from_bits_f64((nb + 1023u) << 52);   /* 2^n, -1021 <= n <= 1023 */
   double e = approx_fma_f64(s, q, s);
