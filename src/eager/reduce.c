@@ -14,7 +14,10 @@
 
 /* -- Canonical chunk kernels -------------------------------------------------
 ** One chunk (<= EAGER_CHUNK elements): lane i % LANES accumulates element i,
-** lanes start at the identity and combine by halving. */
+** lanes start at the identity and combine by halving. The lane loop stays a
+** loop (GCC unroll 1), which GCC vectorizes as two 8-wide steps; completely
+** unrolled, GCC 12 left max and min scalar: 0.89 vs 0.11 ns per element
+** (the JIT keeps its lane loops for the same reason, see jit.c). */
 
 #define CHUNK_FN(name, T, ident, comb)                                       \
   static T name(const T *x, int64_t n)                                       \
@@ -24,6 +27,7 @@
       acc[l] = (ident);                                                      \
     int64_t i = 0;                                                           \
     for (; i + EAGER_LANES <= n; i += EAGER_LANES)                           \
+      _Pragma("GCC unroll 1")   /* see above */                              \
       for (int l = 0; l < EAGER_LANES; l++)                                  \
         acc[l] = comb(acc[l], x[i + l]);                                     \
     for (int l = 0; i + l < n; l++)                                          \
