@@ -436,25 +436,65 @@ static gcc_jit_rvalue *identity(cg *g, int red, int dt)
 }
 
 /* acc[l] = comb(acc[l], value at position `pos`) */
+/* Fold the value at position pos into lane l. `stored`: the pass's values
+** are already in its buffer (see chunk), so read them back; else compute
+** the value, and store it too for a storing reduction. */
 static void lane_step(cg *g, const kir_pass *ps, gcc_jit_lvalue *acc,
-                      gcc_jit_rvalue *l, gcc_jit_rvalue *pos)
+                      gcc_jit_rvalue *l, gcc_jit_rvalue *pos, bool stored)
 {
   jb *j = &g->j;
   int dt = g->k->ins[ps->value].dtype;
   g->at = pos;
   g->axis = TC_MAX_DIMS;   /* positions along the row axis */
   int prev = scope_push(g);
-  gcc_jit_rvalue *v = value(g, ps->value);
+  gcc_jit_rvalue *v = stored ? gcc_jit_lvalue_as_rvalue(elem(g, ps->out))
+                             : value(g, ps->value);
   gcc_jit_lvalue *al = gcc_jit_context_new_array_access(
     j->ctx, NULL, gcc_jit_lvalue_as_rvalue(acc), l);
   gcc_jit_rvalue *r = comb(g, ps->red, dt, gcc_jit_lvalue_as_rvalue(al), v);
   jb_assign(j, gcc_jit_context_new_array_access(
                  j->ctx, NULL, gcc_jit_lvalue_as_rvalue(acc), l), r);
-  if (ps->out >= 0)   /* a storing reduction: keep the folded value too */
+  if (ps->out >= 0 && !stored)   /* a storing reduction: keep the value */
     jb_assign(j, elem(g, ps->out),
               convert(g, v, dt, g->k->buf[ps->out].dtype));
   scope_pop(g, prev);
   g->at = NULL;
+}
+
+static void prefetch_next_row(cg *g, gcc_jit_rvalue *at);
+
+#define PF_BLOCK 64   /* positions per block of a prefetching store loop */
+
+/* Positions [cs, cs + len) of a storing reduction's values, stored in a
+** plain loop (see chunk). When prefetching, in blocks of PF_BLOCK with the
+** block's prefetches ahead of it: spread over the compute, not in a burst. */
+static void store_chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
+                        gcc_jit_rvalue *len, const char *what)
+{
+  jb *j = &g->j;
+  gcc_jit_rvalue *end = jb_let(j, "cend", j->t->i64,
+                               jb_bin(j, GCC_JIT_BINARY_OP_PLUS, cs, len));
+  gcc_jit_rvalue *from = cs, *to = end;
+  loop lb, ls;
+  if (g->prefetch) {
+    from = loop_begin(g, &lb, "b", what, cs, end, PF_BLOCK);
+    for (int q = 0; q < PF_BLOCK; q += EAGER_LANES)
+      prefetch_next_row(g, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, from, I64(g, q)));
+    gcc_jit_rvalue *bend = jb_let(j, "bend", j->t->i64,
+                                  jb_bin(j, GCC_JIT_BINARY_OP_PLUS, from,
+                                         I64(g, PF_BLOCK)));
+    to = jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_LT, bend, end),
+                bend, end);
+  }
+  g->axis = TC_MAX_DIMS;
+  g->at = loop_begin(g, &ls, "j", what, from, to, 1);
+  int prev = scope_push(g);
+  store(g, ps->out, ps->value);
+  scope_pop(g, prev);
+  g->at = NULL;
+  loop_end(g, &ls);
+  if (g->prefetch)
+    loop_end(g, &lb);
 }
 
 /* Prefetch the inputs' next row at row position `at`: 16 positions, so one
@@ -505,19 +545,28 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
                                  jb_bin(j, GCC_JIT_BINARY_OP_BITWISE_AND, len,
                                         I64(g, ~(int64_t)(EAGER_LANES - 1))));
   int pn = (int)(ps - g->k->pass);
-  char w1[32], w2[32];
+  char w0[32], w1[32], w2[32];
+  snprintf(w0, sizeof w0, "p%d.store", pn);
   snprintf(w1, sizeof w1, "p%d.lanes", pn);
   snprintf(w2, sizeof w2, "p%d.tail", pn);
+  /* A storing reduction whose buffer holds the values exactly (same dtype)
+  ** stores the chunk first, in one plain vectorized loop, and its lanes
+  ** read the values back from cache: with the expression inside the lane
+  ** loop, GCC checked aliasing every 16 positions and kept the lanes in
+  ** memory (a 4096x4096 softmax on one thread: 13.3 -> 12.9 ms). */
+  bool stored = ps->out >= 0 && g->k->buf[ps->out].dtype == dt;
+  if (stored)
+    store_chunk(g, ps, cs, len, w0);
   loop li, ll;
   gcc_jit_rvalue *i = loop_begin(g, &li, "i", w1, I64(g, 0), nfull,
                                  EAGER_LANES);
   gcc_jit_rvalue *gb = jb_let(j, "gb", j->t->i64,
                               jb_bin(j, GCC_JIT_BINARY_OP_PLUS, cs, i));
-  if (g->prefetch)
+  if (g->prefetch && !stored)
     prefetch_next_row(g, gb);
   gcc_jit_rvalue *l = loop_begin(g, &ll, "l", w1, I64(g, 0),
                                  I64(g, EAGER_LANES), 1);
-  lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, gb, l));
+  lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, gb, l), stored);
   loop_end(g, &ll);
   loop_end(g, &li);
   /* the tail: lane l takes position cs + nfull + l */
@@ -526,7 +575,7 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
   gcc_jit_rvalue *rest = jb_let(j, "rest", j->t->i64,
                                 jb_bin(j, GCC_JIT_BINARY_OP_MINUS, len, nfull));
   l = loop_begin(g, &ll, "l", w2, I64(g, 0), rest, 1);
-  lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, tb, l));
+  lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, tb, l), stored);
   loop_end(g, &ll);
   /* halving: lane l = comb(lane l, lane l + w) */
   for (int w = EAGER_LANES / 2; w >= 1; w /= 2)
