@@ -111,30 +111,33 @@ static void pending_drop(tc_tensor *dst)
 
 /* -- Output requests and the write-back closure ------------------------------ */
 
+/* A value to compute: a node, and where it is written back (or NULL for
+** a lazy value the program reads). */
+typedef struct {
+  trace_node *node;
+  tc_tensor *dest;
+} req;
+
 typedef struct {
   int n, cap;
-  trace_node **node;
-  tc_tensor **dest;      /* write-back target, or NULL for a lazy value */
+  req *at;
 } reqs;
 
 static int req_add(reqs *r, trace_node *n, tc_tensor *dest)
 {
   for (int i = 0; i < r->n; i++)
-    if (r->node[i] == n && r->dest[i] == dest)
+    if (r->at[i].node == n && r->at[i].dest == dest)
       return 0;
-  int cap = r->cap;
-  if (grow((void **)&r->node, &cap, r->n + 1, sizeof *r->node) < 0 ||
-      grow((void **)&r->dest, &r->cap, r->n + 1, sizeof *r->dest) < 0)
+  if (grow((void **)&r->at, &r->cap, r->n + 1, sizeof *r->at) < 0)
     return -1;
-  r->node[r->n] = n;
-  r->dest[r->n++] = dest;
+  r->at[r->n++] = (req){ n, dest };
   return 0;
 }
 
 static bool writes_storage(const reqs *r, const tensor_storage *s)
 {
   for (int i = 0; i < r->n; i++)
-    if (r->dest[i] && r->dest[i]->storage == s)
+    if (r->at[i].dest && r->at[i].dest->storage == s)
       return true;
   return false;
 }
@@ -168,7 +171,7 @@ static int close_writes(reqs *r)
       trace_pending *w = &s->pending[i];
       bool in = false;
       for (int j = 0; j < r->n; j++)
-        in |= r->dest[j] == w->dst;
+        in |= r->at[j].dest == w->dst;
       if (in)
         continue;
       if (writes_storage(r, w->dst->storage) ||
@@ -182,7 +185,7 @@ static int close_writes(reqs *r)
       trace_node *h = s->held[i];
       bool in = false;
       for (int j = 0; j < r->n; j++)
-        in |= r->node[j] == h && !r->dest[j];
+        in |= r->at[j].node == h && !r->at[j].dest;
       if (!in && !h->value && reads_written(h, r, ++s->epoch)) {
         if (req_add(r, h, NULL) < 0)
           return -1;
@@ -301,25 +304,25 @@ static int region_build(builder *b, const reqs *q)
     return -1;
   uint64_t epoch = ++trace_ts.epoch;
   for (int i = 0; i < q->n; i++) {
-    r->outputs[i] = q->node[i];
-    r->dest[i] = q->dest[i];
-    if (collect(b, q->node[i], epoch) < 0)
+    r->outputs[i] = q->at[i].node;
+    r->dest[i] = q->at[i].dest;
+    if (collect(b, q->at[i].node, epoch) < 0)
       return -1;
   }
   /* Write-back targets are inputs too, so guards see their aliasing. */
   for (int i = 0; i < q->n; i++) {
-    if (!q->dest[i])
+    if (!q->at[i].dest)
       continue;
     int j = 0;
-    while (j < r->ninputs && r->inputs[j] != q->dest[i])
+    while (j < r->ninputs && r->inputs[j] != q->at[i].dest)
       j++;
-    if (j == r->ninputs && input_add(b, q->dest[i]) < 0)
+    if (j == r->ninputs && input_add(b, q->at[i].dest) < 0)
       return -1;
     int32_t v = -1000000 - j;
     XXH3_64bits_update(&b->pattern, &v, sizeof v);
   }
   for (int i = 0; i < q->n; i++) {
-    uint64_t h[2] = { q->node[i]->hash, q->dest[i] != NULL };
+    uint64_t h[2] = { q->at[i].node->hash, q->at[i].dest != NULL };
     XXH3_64bits_update(&b->pattern, h, sizeof h);
   }
   r->hash = XXH3_64bits_digest(&b->pattern);
@@ -501,7 +504,7 @@ static int realize(reqs *q)
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   uint64_t epoch = ++trace_ts.epoch;
   for (int i = 0, n = q->n; i < n; i++)
-    if (add_survivors(q, q->node[i], epoch) < 0)
+    if (add_survivors(q, q->at[i].node, epoch) < 0)
       return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   trace_ts.realizations++;
   builder b;
@@ -557,8 +560,7 @@ static int realize(reqs *q)
 
 static void reqs_free(reqs *q)
 {
-  free(q->node);
-  free(q->dest);
+  free(q->at);
 }
 
 int trace_realize_tensor(tc_tensor *t)
