@@ -435,8 +435,7 @@ static gcc_jit_rvalue *identity(cg *g, int red, int dt)
   }
 }
 
-/* acc[l] = comb(acc[l], value at position `pos`) */
-/* Fold the value at position pos into lane l. `stored`: the pass's values
+/* acc[l] = comb(acc[l], value at position pos). `stored`: the pass's values
 ** are already in its buffer (see chunk), so read them back; else compute
 ** the value, and store it too for a storing reduction. */
 static void lane_step(cg *g, const kir_pass *ps, gcc_jit_lvalue *acc,
