@@ -190,6 +190,15 @@ static gcc_jit_rvalue *ln2_reduce(pr *p, gcc_jit_rvalue *x, gcc_jit_rvalue **t)
                      F(p, f32 ? APPROX_F32_LN2_LO : APPROX_F64_LN2_LO), r));
 }
 
+/* approx_pow2n_*: 2^n from the magic sum t. */
+static gcc_jit_rvalue *pow2n(pr *p, gcc_jit_rvalue *t)
+{
+  bool f32 = p->t == p->j->t->f32;
+  uint64_t bias = f32 ? APPROX_F32_RND_BITS - 127u
+                      : APPROX_F64_RND_BITS - 1023u;
+  return fbits(p, shl(p, sub(p, bits(p, t), U(p, bias)), f32 ? 23 : 52));
+}
+
 /* approx_scale_f32 / _f64: p * 2^n as two multiplications. */
 static gcc_jit_rvalue *scale(pr *p, gcc_jit_rvalue *pv, gcc_jit_rvalue *nb)
 {
@@ -288,35 +297,21 @@ static gcc_jit_rvalue *build_log(pr *p, gcc_jit_rvalue *x)
   return sel(p, lt(p, x, inf_(p)), y, x);
 }
 
-/* approx_tanh_f32 */
-static gcc_jit_rvalue *build_tanh_f32(pr *p, gcc_jit_rvalue *x)
+/* approx_tanh_f32 / _f64 (|x| clamped at 9.5 / 22) */
+static gcc_jit_rvalue *build_tanh(pr *p, gcc_jit_rvalue *x)
 {
-  VU(sign, band(p, bits(p, x), U(p, APPROX_F32_SIGN)));
-  VF(ax, fbits(p, band(p, bits(p, x), U(p, ~APPROX_F32_SIGN))));
-  SF(ax, sel(p, gt(p, ax, F(p, 9.5)), F(p, 9.5), ax));
+  bool f32 = p->t == p->j->t->f32;
+  uint64_t sgn = f32 ? APPROX_F32_SIGN : APPROX_F64_SIGN;
+  double hi = f32 ? 9.5 : 22.0;
+  VU(sign, band(p, bits(p, x), U(p, sgn)));
+  VF(ax, fbits(p, band(p, bits(p, x), U(p, ~sgn & (f32 ? 0xffffffffu
+                                                    : ~0ull)))));
+  SF(ax, sel(p, gt(p, ax, F(p, hi)), F(p, hi), ax));
   VF(u, add(p, ax, ax));
   gcc_jit_rvalue *t;
   VF(r, ln2_reduce(p, u, &t));
-  VF(q, expm1_poly_f32(p, r));
-  VF(s, fbits(p, shl(p, sub(p, bits(p, t),
-                            U(p, APPROX_F32_RND_BITS - 127u)), 23)));
-  VF(em1, fma_(p, s, q, sub(p, s, F(p, 1.0))));
-  VF(y, dv(p, em1, add(p, em1, F(p, 2.0))));
-  return jb_let(p->j, "th", p->t, fbits(p, bor(p, bits(p, y), sign)));
-}
-
-/* approx_tanh_f64 */
-static gcc_jit_rvalue *build_tanh_f64(pr *p, gcc_jit_rvalue *x)
-{
-  VU(sign, band(p, bits(p, x), U(p, APPROX_F64_SIGN)));
-  VF(ax, fbits(p, band(p, bits(p, x), U(p, ~APPROX_F64_SIGN))));
-  SF(ax, sel(p, gt(p, ax, F(p, 22.0)), F(p, 22.0), ax));
-  VF(u, add(p, ax, ax));
-  gcc_jit_rvalue *t;
-  VF(r, ln2_reduce(p, u, &t));
-  VU(nb, sub(p, bits(p, t), U(p, APPROX_F64_RND_BITS)));
-  VF(q, expm1_poly_f64(p, r));
-  VF(s, fbits(p, shl(p, add(p, nb, U(p, 1023u)), 52)));
+  VF(q, f32 ? expm1_poly_f32(p, r) : expm1_poly_f64(p, r));
+  VF(s, pow2n(p, t));
   VF(em1, fma_(p, s, q, sub(p, s, F(p, 1.0))));
   VF(y, dv(p, em1, add(p, em1, F(p, 2.0))));
   return jb_let(p->j, "th", p->t, fbits(p, bor(p, bits(p, y), sign)));
@@ -344,15 +339,7 @@ static gcc_jit_rvalue *build_gelu(pr *p, gcc_jit_rvalue *x)
   gcc_jit_rvalue *t;
   VF(r, ln2_reduce(p, zc, &t));
   VF(q, f32 ? expm1_poly_f32(p, r) : expm1_poly_f64(p, r));
-  gcc_jit_rvalue *s;
-  if (f32) {
-    s = jb_let(p->j, "s", p->t,
-               fbits(p, shl(p, sub(p, bits(p, t),
-                                   U(p, APPROX_F32_RND_BITS - 127u)), 23)));
-  } else {
-    VU(nb, sub(p, bits(p, t), U(p, APPROX_F64_RND_BITS)));
-    s = jb_let(p->j, "s", p->t, fbits(p, shl(p, add(p, nb, U(p, 1023u)), 52)));
-  }
+  VF(s, pow2n(p, t));
   VF(e, fma_(p, s, q, s));
   VF(y, dv(p, x, add(p, F(p, 1.0), e)));
   return jb_let(p->j, "gl", p->t, sel(p, gt(p, z, F(p, hi)), F(p, -0.0), y));
@@ -556,9 +543,7 @@ static gcc_jit_function *build_fn(jb *j, int op, gcc_jit_type *t)
   switch (op) {
   case KOP_EXP: r = build_exp(&p, x); break;
   case KOP_LOG: r = build_log(&p, x); break;
-  case KOP_TANH:
-    r = f32 ? build_tanh_f32(&p, x) : build_tanh_f64(&p, x);
-    break;
+  case KOP_TANH: r = build_tanh(&p, x); break;
   case KOP_SIGMOID: r = build_sigmoid(&p, x); break;
   case KOP_GELU: r = build_gelu(&p, x); break;
   case KOP_SIN:

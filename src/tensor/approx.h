@@ -159,6 +159,18 @@ static inline double approx_ln2_reduce_f64(double x, double *t)
   return approx_fma_f64(-nf, APPROX_F64_LN2_LO, r);
 }
 
+/* 2^n from the magic sum t of approx_ln2_reduce, for a normal 2^n (-126 <= n <= 127;
+** f64 -1022 <= n <= 1023): n plus the bias, placed in the exponent field. */
+static inline float approx_pow2n_f32(float t)
+{
+  return approx_from_bits_f32((approx_bits_f32(t) - (APPROX_F32_RND_BITS - 127u)) << 23);
+}
+
+static inline double approx_pow2n_f64(double t)
+{
+  return approx_from_bits_f64((approx_bits_f64(t) - (APPROX_F64_RND_BITS - 1023u)) << 52);
+}
+
 /* p * 2^n, n given as two's complement bits, -152 <= n <= 254 (f32).  n = n1 + n2 with
 ** n1 = floor(n/2): both factors are normal, p*2^n1 is exact, so a denormal result
 ** rounds once.  (nb + 256) >> 1 is a logical shift of a positive number. */
@@ -311,8 +323,7 @@ static inline float approx_tanh_f32(float x)
   float t;
   float r = approx_ln2_reduce_f32(u, &t);       /* n = round(2|x| / ln2) */
   float q = approx_expm1_poly_f32(r);
-  /* 2^n for 0 <= n <= 28: exponent field n + 127 */
-  float s = approx_from_bits_f32((approx_bits_f32(t) - (APPROX_F32_RND_BITS - 127u)) << 23);
+  float s = approx_pow2n_f32(t);                /* 0 <= n <= 28 */
   float em1 = approx_fma_f32(s, q, s - 1.0f);
   float y = em1 / (em1 + 2.0f);
   return approx_from_bits_f32(approx_bits_f32(y) | sign);
@@ -327,9 +338,8 @@ static inline double approx_tanh_f64(double x)
   double u = ax + ax;
   double t;
   double r = approx_ln2_reduce_f64(u, &t);
-  uint64_t nb = approx_bits_f64(t) - APPROX_F64_RND_BITS;
   double q = approx_expm1_poly_f64(r);
-  double s = approx_from_bits_f64((nb + 1023u) << 52);   /* 2^n, 0 <= n <= 64 */
+  double s = approx_pow2n_f64(t);               /* 0 <= n <= 64 */
   double em1 = approx_fma_f64(s, q, s - 1.0);
   double y = em1 / (em1 + 2.0);
   return approx_from_bits_f64(approx_bits_f64(y) | sign);
@@ -377,8 +387,7 @@ static inline float approx_gelu_f32(float x)
   float t;
   float r = approx_ln2_reduce_f32(zc, &t);
   float q = approx_expm1_poly_f32(r);
-  /* 2^n for -126 <= n <= 127: exponent field n + 127 */
-  float s = approx_from_bits_f32((approx_bits_f32(t) - (APPROX_F32_RND_BITS - 127u)) << 23);
+  float s = approx_pow2n_f32(t);                /* -126 <= n <= 127 */
   float e = approx_fma_f32(s, q, s);
   float y = x / (1.0f + e);
   return z > 88.0f ? -0.0f : y;
@@ -394,9 +403,8 @@ static inline double approx_gelu_f64(double x)
   zc = z < -708.0 ? -708.0 : zc;
   double t;
   double r = approx_ln2_reduce_f64(zc, &t);
-  uint64_t nb = approx_bits_f64(t) - APPROX_F64_RND_BITS;
   double q = approx_expm1_poly_f64(r);
-  double s = approx_from_bits_f64((nb + 1023u) << 52);   /* 2^n, -1021 <= n <= 1023 */
+  double s = approx_pow2n_f64(t);               /* -1021 <= n <= 1023 */
   double e = approx_fma_f64(s, q, s);
   double y = x / (1.0 + e);
   return z > 709.0 ? -0.0 : y;
