@@ -222,12 +222,19 @@ typedef struct {
   XXH3_state_t pattern;  /* which input each leaf edge reads, in order */
 } builder;
 
-static int input_add(builder *b, tc_tensor *t)
+/* The index of input t, appended if new (then *added, when given, is
+** set); -1 when out of memory. */
+static int input_of(builder *b, tc_tensor *t, bool *added)
 {
+  for (int i = 0; i < b->r.ninputs; i++)
+    if (b->r.inputs[i] == t)
+      return i;
   if (grow((void **)&b->r.inputs, &b->cap_inputs, b->r.ninputs + 1,
            sizeof *b->r.inputs) < 0)
     return -1;
   b->r.inputs[b->r.ninputs] = t;
+  if (added)
+    *added = true;
   return b->r.ninputs++;
 }
 
@@ -235,12 +242,11 @@ static int input_add(builder *b, tc_tensor *t)
 ** the pattern records which input each read is. */
 static int collect_input(builder *b, tc_tensor *t, bool leaf, uint64_t h)
 {
-  int32_t idx = 0;
-  while (idx < b->r.ninputs && b->r.inputs[idx] != t)
-    idx++;
-  if (idx == b->r.ninputs) {
-    if (input_add(b, t) < 0)
-      return -1;
+  bool added = false;
+  int32_t idx = input_of(b, t, &added);
+  if (idx < 0)
+    return -1;
+  if (added) {
     /* A computed value enters like a leaf; its structure tells them
     ** apart. */
     uint64_t first[2] = { leaf, h };
@@ -313,10 +319,8 @@ static int region_build(builder *b, const reqs *q)
   for (int i = 0; i < q->n; i++) {
     if (!q->at[i].dest)
       continue;
-    int j = 0;
-    while (j < r->ninputs && r->inputs[j] != q->at[i].dest)
-      j++;
-    if (j == r->ninputs && input_add(b, q->at[i].dest) < 0)
+    int j = input_of(b, q->at[i].dest, NULL);
+    if (j < 0)
       return -1;
     int32_t v = -1000000 - j;
     XXH3_64bits_update(&b->pattern, &v, sizeof v);
