@@ -77,16 +77,6 @@ int64_t tensor_check_shape(const char *fn, int ndim, const int64_t *shape)
   return n;
 }
 
-void tensor_contiguous_strides(int ndim, const int64_t *shape,
-                               int64_t *stride)
-{
-  int64_t s = 1;
-  for (int i = ndim - 1; i >= 0; i--) {
-    stride[i] = s;
-    s *= shape[i] > 1 ? shape[i] : 1;
-  }
-}
-
 int tensor_wrap_dim(const char *fn, int dim, int ndim)
 {
   int n = ndim > 0 ? ndim : 1;   /* a 0-d tensor accepts dim 0 and -1 */

@@ -190,8 +190,17 @@ bool tensor_is_contiguous(const tc_tensor *t);
 /* Validate a user shape: 0 <= ndim <= TC_MAX_DIMS, sizes >= 0, numel fits
 ** in int64 and in memory. Returns numel, or -1 with the error set. */
 int64_t tensor_check_shape(const char *fn, int ndim, const int64_t *shape);
-void tensor_contiguous_strides(int ndim, const int64_t *shape,
-                               int64_t *stride);
+/* Row-major strides of shape (a size 0 or 1 counts as 1). Inline: a lazy
+** handle is made on every traced op. */
+static inline void tensor_contiguous_strides(int ndim, const int64_t *shape,
+                                             int64_t *stride)
+{
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    stride[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
 /* Normalize a possibly negative dim against ndim; -1 with error if bad. */
 int tensor_wrap_dim(const char *fn, int dim, int ndim);
 /* Do a and b's storages overlap in memory? (same storage object) */

@@ -253,24 +253,17 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   h->offset = 0;
   h->storage = NULL;
   int64_t numel = 1;
-  if (g) {
-    for (int d = 0; d < ndim; d++) {
-      h->shape[d] = shape[d];
-      h->stride[d] = g->stride[d];
-      numel *= shape[d];
-    }
-    h->offset = g->offset;
-  } else {
-    /* tensor_contiguous_strides, in the same pass (a size 0 counts as 1). */
-    int64_t st = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-      h->shape[d] = shape[d];
-      h->stride[d] = st;
-      st *= shape[d] > 1 ? shape[d] : 1;
-      numel *= shape[d];
-    }
+  for (int d = 0; d < ndim; d++) {
+    h->shape[d] = shape[d];
+    numel *= shape[d];
   }
   h->numel = numel;
+  if (g) {
+    memcpy(h->stride, g->stride, sizeof(int64_t) * (size_t)ndim);
+    h->offset = g->offset;
+  } else {
+    tensor_contiguous_strides(ndim, shape, h->stride);
+  }
   h->lazy = n;
   handle_link(n, h);
   return h;
