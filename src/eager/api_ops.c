@@ -15,13 +15,12 @@ static tc_tensor *handed_out(tc_tensor *t)
   return t;
 }
 
-static bool any_null(const char *fn, int n, tc_tensor *const *ts)
+/* Is any argument NULL or a released handle? (error set) */
+static bool any_bad(const char *fn, int n, tc_tensor *const *ts)
 {
   for (int i = 0; i < n; i++)
-    if (!ts[i]) {
-      tc_seterr_null(fn);
+    if (!tensor_arg_ok(fn, ts[i]))
       return true;
-    }
   return false;
 }
 
@@ -46,7 +45,7 @@ static tc_tensor *pointwise(const char *fn, tc_op op, int nin,
                             tc_tensor *const *in, double s0, double s1)
 {
   eager_init();
-  if (any_null(fn, nin, in))
+  if (any_bad(fn, nin, in))
     return NULL;
   eager_call c;
   call_init(&c, fn, op, nin, in);
@@ -120,7 +119,7 @@ tc_tensor *tc_clamp(tc_tensor *a, double lo, double hi)
 tc_tensor *tc_cast(tc_tensor *a, tc_dtype dt)
 {
   eager_init();
-  if (any_null(__func__, 1, &a))
+  if (any_bad(__func__, 1, &a))
     return NULL;
   if (!tensor_dtype_valid(dt)) {
     tc_seterr(TC_E_DTYPE, "%s: invalid dtype %d", __func__, (int)dt);
@@ -157,7 +156,7 @@ static int inplace(const char *fn, tc_op op, tc_tensor *dst, tc_tensor *src,
   eager_init();
   int nin = op_table[op].nin;
   tc_tensor *in[2] = { dst, src };
-  if (any_null(fn, nin, in))
+  if (any_bad(fn, nin, in))
     return -1;
   if (has_broadcast_dims(dst))
     return tc_seterr(TC_E_ARG, "%s: the destination has expanded "
@@ -216,7 +215,7 @@ static bool dim_call(eager_call *c, const char *fn, tc_op op, tc_tensor *a,
                      int dim)
 {
   eager_init();
-  if (any_null(fn, 1, &a))
+  if (any_bad(fn, 1, &a))
     return false;
   int d = tensor_wrap_dim(fn, dim, a->ndim);
   if (d < 0)
@@ -282,7 +281,7 @@ tc_tensor *tc_argmax(tc_tensor *a, int dim, bool keepdim)
 tc_tensor *tc_sum_all(tc_tensor *a)
 {
   eager_init();
-  if (any_null(__func__, 1, &a))
+  if (any_bad(__func__, 1, &a))
     return NULL;
   eager_call c;
   call_init(&c, __func__, TC_OP_SUM_ALL, 1, &a);
@@ -321,7 +320,7 @@ tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma, tc_tensor *beta,
 {
   const char *fn = __func__;
   eager_init();
-  if (any_null(fn, 1, &x))
+  if (any_bad(fn, 1, &x))
     return NULL;
   if (x->ndim < 1) {
     tc_seterr(TC_E_SHAPE, "%s: x must have at least 1 dim", fn);
@@ -329,6 +328,9 @@ tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma, tc_tensor *beta,
   }
   int64_t n = x->shape[x->ndim - 1];
   tc_tensor *gb[2] = { gamma, beta };
+  for (int i = 0; i < 2; i++)
+    if (gb[i] && !tensor_arg_ok(fn, gb[i]))
+      return NULL;
   for (int i = 0; i < 2; i++)
     if (gb[i] && (gb[i]->ndim != 1 || gb[i]->shape[0] != n)) {
       tc_seterr(TC_E_SHAPE, "%s: %s must be 1-D of size %lld (the last dim "
@@ -363,7 +365,7 @@ tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b)
   const char *fn = __func__;
   eager_init();
   tc_tensor *in[2] = { a, b };
-  if (any_null(fn, 2, in))
+  if (any_bad(fn, 2, in))
     return NULL;
   if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
     tc_seterr(TC_E_SHAPE, "%s: operands must be 2-D or 3-D, got %d-D and "

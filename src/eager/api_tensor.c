@@ -217,10 +217,8 @@ tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
 ** computed first. */
 static bool materialized(const char *fn, tc_tensor *t)
 {
-  if (!t) {
-    tc_seterr_null(fn);
+  if (!tensor_arg_ok(fn, t))
     return false;
-  }
   if (tensor_make_readable(t) < 0)
     return false;
   if (t->lazy || !t->storage) {
@@ -300,8 +298,8 @@ void *tc_data(tc_tensor *t)
 int tc_realize(tc_tensor *t)
 {
   eager_init();
-  if (!t)
-    return tc_seterr_null(__func__), -1;
+  if (!tensor_arg_ok(__func__, t))
+    return -1;
   return tensor_make_readable(t);
 }
 
@@ -333,10 +331,8 @@ static tc_tensor *contiguous_of(const char *fn, tc_tensor *a)
 
 #define VIEW_BEGIN(a)                  \
   eager_init();                        \
-  if (!(a)) {                          \
-    tc_seterr_null(__func__);          \
+  if (!tensor_arg_ok(__func__, a))     \
     return NULL;                       \
-  }                                    \
   tensor_geom g;                       \
   tensor_geom_of(a, &g)
 
@@ -407,10 +403,8 @@ tc_tensor *tc_squeeze(tc_tensor *a, int dim)
 tc_tensor *tc_contiguous(tc_tensor *a)
 {
   eager_init();
-  if (!a) {
-    tc_seterr_null(__func__);
+  if (!tensor_arg_ok(__func__, a))
     return NULL;
-  }
   return handed_out(contiguous_of(__func__, a));
 }
 
@@ -420,7 +414,9 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
 {
   const char *fn = __func__;
   eager_init();
-  if (!t || !device) {
+  if (!tensor_arg_ok(fn, t))
+    return NULL;
+  if (!device) {
     tc_seterr_null(fn);
     return NULL;
   }

@@ -10,6 +10,12 @@
 
 #include "eager.h"
 
+/* The one name eager knows from above: tracing registers its TRACE
+** handlers and hooks here, at the library's one-time init, so that a
+** static link, which keeps only what is referenced, keeps tracing too
+** (a constructor in an unreferenced object would be dropped). */
+void trace_init(void);
+
 _Atomic uint64_t eager_stats[ST__MAX];
 static _Atomic uint64_t compile_us;   /* compile time, microseconds */
 static eager_config cfg;
@@ -84,6 +90,7 @@ static void init_once(void)
   eager_register_cpu_matmul();
   eager_register_cpu_misc();
   eager_gemm_init();
+  trace_init();
   if (cfg.compile)
     eager_global_include(TC_KEYSET(TC_KEY_TRACE), true);
   if (cfg.stats_at_exit)

@@ -63,6 +63,11 @@ typedef struct {
 
 typedef enum { FSTEP_KERNEL, FSTEP_EXTERN, FSTEP_COPY } fuse_step_kind;
 
+/* A scalar slot bound to the kernel's row length rather than to a node's
+** scalar argument: shape-dynamic kernels read size-derived values (mean's
+** divisor) at run time, like their sizes and strides. */
+#define FUSE_SCALAR_ROW_LEN 2
+
 typedef struct {
   uint8_t kind;                    /* fuse_step_kind */
   kir_kernel *k;                   /* KERNEL: owned */
@@ -70,7 +75,9 @@ typedef struct {
   int64_t buf_off[KIR_MAX_BUFS];   /* ... and at which element (views) */
   int nscal;
   struct { int node, which; } scal[KIR_MAX_SCALARS];  /* scalar slot ->
-                                      that node's scalar argument */
+                                      that node's scalar argument `which`,
+                                      or (FUSE_SCALAR_ROW_LEN) the
+                                      kernel's row length */
   int node;                        /* EXTERN: the node it runs */
   fuse_ref in[3];                  /* EXTERN: its operands (NONE: absent) */
   bool in_viewed[3];               /* EXTERN: operand read through a view */

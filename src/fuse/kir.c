@@ -177,6 +177,32 @@ void kir_dyn_fill(const kir_kernel *k, int64_t *dims)
       dims[n++] = k->buf[b].stride[d];
 }
 
+bool kir_same_code(const kir_kernel *a, const kir_kernel *b)
+{
+  if (a->kind != b->kind || a->dynamic != b->dynamic ||
+      a->inplace != b->inplace || a->ndim != b->ndim ||
+      a->nbufs != b->nbufs || a->nscalars != b->nscalars ||
+      a->ninstrs != b->ninstrs || a->npasses != b->npasses)
+    return false;
+  for (int i = 0; i < a->nbufs; i++)
+    if (a->buf[i].role != b->buf[i].role || a->buf[i].dtype != b->buf[i].dtype)
+      return false;
+  for (int i = 0; i < a->ninstrs; i++) {
+    const kir_instr *x = &a->ins[i], *y = &b->ins[i];
+    if (x->op != y->op || x->dtype != y->dtype || x->ref != y->ref ||
+        x->arg[0] != y->arg[0] || x->arg[1] != y->arg[1] ||
+        x->arg[2] != y->arg[2] ||
+        memcmp(&x->cval, &y->cval, sizeof x->cval) != 0)
+      return false;
+  }
+  for (int p = 0; p < a->npasses; p++)
+    if (a->pass[p].kind != b->pass[p].kind || a->pass[p].red != b->pass[p].red
+        || a->pass[p].out != b->pass[p].out ||
+        a->pass[p].value != b->pass[p].value)
+      return false;
+  return true;
+}
+
 int64_t kir_units(const kir_kernel *k)
 {
   int64_t n = 1;

@@ -188,6 +188,10 @@ void kir_entry_name(int pass, char *buf, size_t len);
 ** walks as one (so inner loops are long and contiguous). */
 void kir_collapse(kir_kernel *k, bool merge);
 
+/* Do a and b compute the same thing, sizes and strides aside (what a
+** shape-dynamic kernel takes as arguments)? */
+bool kir_same_code(const kir_kernel *a, const kir_kernel *b);
+
 /* Number of parallel units: points (MAP) or rows (ROWS). */
 int64_t kir_units(const kir_kernel *k);
 

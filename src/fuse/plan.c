@@ -713,6 +713,16 @@ static int reduce_pass(fb *b, kir_red red, int value)
   return reduce_pass_to(b, red, value, -1);
 }
 
+/* The row length as a value of dtype dt (mean's and layer_norm's
+** divisor): a constant, or in a shape-dynamic kernel a scalar that each
+** launch fills with its own row length. Either way (T)(double)n, as the
+** eager kernels' K(n). */
+static int row_len_value(fb *b, int n, tc_dtype dt)
+{
+  return b->dynamic ? scalar_slot(b, n, FUSE_SCALAR_ROW_LEN, dt)
+                    : kir_const(b->k, dt, (double)b->k->row_len);
+}
+
 /* A ROWS kernel for reduction or composite n: the reduced dim is the row
 ** axis; the passes are the op's decomposition (composite.c's comment). */
 static int build_rows(fb *b, int s, int n)
@@ -765,6 +775,13 @@ static int build_rows(fb *b, int s, int n)
       return fail(b, "kernel too large");
     return 0;
   }
+  /* A 0-d operand reduces as a row of one (as the eager kernels do). */
+  static const int64_t one[1] = { 1 };
+  if (r == 0) {
+    r = 1;
+    ishape = one;
+    um.ndim = 1;
+  }
   int d = nd->op == TC_OP_LAYER_NORM ? r - 1 : nd->dim;
   k->ndim = r - 1;
   k->row_len = ishape[d];
@@ -779,7 +796,6 @@ static int build_rows(fb *b, int s, int n)
   if (x < 0)
     return -1;
   x = kir_cast(k, dt, x);
-  int64_t nrow = k->row_len;
   /* The output's coordinates: rows kept, dropped, or as the input. */
   vmap om = { .ndim = nd->ndim };
   if (op_table[nd->op].kind == OPK_RD || nd->op == TC_OP_MEAN) {
@@ -809,7 +825,7 @@ static int build_rows(fb *b, int s, int n)
   case TC_OP_MEAN: {
     int rv = reduce_pass(b, KIR_RED_SUM, x);
     if (rv < 0 || store(b, n, &om, KIR_PASS_STORE_ROW,
-                        DIV(rv, K(nrow))) < 0)
+                        DIV(rv, row_len_value(b, n, dt))) < 0)
       return fail(b, "kernel too large");
     break;
   }
@@ -837,10 +853,11 @@ static int build_rows(fb *b, int s, int n)
   }
   case TC_OP_LAYER_NORM: {
     int s0 = reduce_pass(b, KIR_RED_SUM, x);
-    int mean = DIV(s0, K(nrow));
+    int nrow = row_len_value(b, n, dt);
+    int mean = DIV(s0, nrow);
     int xc = SUB(x, mean);
     int s1 = reduce_pass(b, KIR_RED_SUM, MUL(xc, xc));
-    int var = DIV(s1, K(nrow));
+    int var = DIV(s1, nrow);
     int rs = DIV(K(1), SQRT(ADD(var, scalar_slot(b, n, 0, dt))));
     int v = MUL(SUB(x, mean), rs);
     for (int e = 1; e < 3; e++) {

@@ -18,7 +18,7 @@ static const struct {
   { "regions", TC_LOG_REGIONS }, { "guards", TC_LOG_GUARDS },
   { "recompiles", TC_LOG_RECOMPILES }, { "fusion", TC_LOG_FUSION },
   { "compile", TC_LOG_COMPILE }, { "cache", TC_LOG_CACHE },
-  { "fallback", TC_LOG_FALLBACK },
+  { "fallback", TC_LOG_FALLBACK }, { "error", TC_LOG_ERROR },
 };
 
 static unsigned mask;

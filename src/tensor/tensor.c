@@ -188,7 +188,11 @@ tc_tensor *tensor_handle_alloc(void)
   return list_pop(&fl.handles, sizeof(tc_tensor));
 }
 
-void tensor_handle_dealloc(tc_tensor *t) { list_push(&fl.handles, t); }
+void tensor_handle_dealloc(tc_tensor *t)
+{
+  t->live = TENSOR_DEAD;
+  list_push(&fl.handles, t);
+}
 
 static tensor_storage *storage_alloc(void)
 {
@@ -213,6 +217,8 @@ static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->keys = TC_KEYSET(TC_KEY_CPU);
   t->kept = 0;
   t->scope_slot = -1;
+  t->scope_owner = 0;
+  t->live = TENSOR_LIVE;
   t->offset = 0;
   t->storage = NULL;
   t->lazy = NULL;
@@ -260,8 +266,6 @@ tc_tensor *tensor_new_view(const tc_tensor *src, int ndim,
 
 void tensor_free(tc_tensor *t)
 {
-  if (t->scope_slot >= 0)
-    tensor_scope_forget(t);
   if (t->lazy && tensor_lazy_release_hook)
     tensor_lazy_release_hook(t);
   storage_release(t->storage);
@@ -270,46 +274,72 @@ void tensor_free(tc_tensor *t)
 
 tc_tensor *tc_retain(tc_tensor *t)
 {
-  if (t)
-    atomic_fetch_add_explicit(&t->user_refs, 1, memory_order_relaxed);
+  if (!t)
+    return NULL;
+  if (!tensor_arg_ok(__func__, t)) {
+    tensor_log(TC_LOG_ERROR, "%s", tc_last_error());
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&t->user_refs, 1, memory_order_relaxed);
   return tensor_ref(t);
 }
 
-/* The program's release. A scope holds the program's creation reference:
-** when the program drops its last reference early, that was the scope's,
-** so tc_scope_end will not release it again. */
+/* The program's release: one of its references (creation or tc_retain).
+** When the last one goes and a scope tracks t, the scope forgets it (on
+** the scope's thread) or keeps it until it ends (on another thread). A
+** release of more references than the program holds would free what tc or
+** a scope still uses: it is refused with an error and one line on stderr
+** (the program has a bug that would otherwise corrupt memory). */
 void tc_release(tc_tensor *t)
 {
   if (!t)
     return;
-  if (atomic_fetch_sub_explicit(&t->user_refs, 1, memory_order_relaxed) == 1
-      && t->scope_slot >= 0)
-    tensor_scope_forget(t);
+  if (!tensor_arg_ok(__func__, t)) {
+    tensor_log(TC_LOG_ERROR, "%s", tc_last_error());
+    return;
+  }
+  int u = atomic_load_explicit(&t->user_refs, memory_order_relaxed);
+  do {
+    if (u <= 0) {
+      tc_seterr(TC_E_ARG, "tc_release: tensor released more times than it "
+                "was created or retained (its scope released it already?)");
+      tensor_log(TC_LOG_ERROR, "%s", tc_last_error());
+      return;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(
+             &t->user_refs, &u, u - 1, memory_order_relaxed,
+             memory_order_relaxed));
+  if (u == 1 && t->scope_slot >= 0 && !tensor_scope_forget(t))
+    return;
   tensor_unref(t);
 }
 
 /* -- Metadata ------------------------------------------------------------ */
 
-int tc_ndim(const tc_tensor *t) { return t ? t->ndim : -1; }
+int tc_ndim(const tc_tensor *t)
+{
+  return tensor_arg_ok(__func__, t) ? t->ndim : -1;
+}
 
-int64_t tc_numel(const tc_tensor *t) { return t ? t->numel : -1; }
+int64_t tc_numel(const tc_tensor *t)
+{
+  return tensor_arg_ok(__func__, t) ? t->numel : -1;
+}
 
 tc_dtype tc_dtype_of(const tc_tensor *t)
 {
-  return t ? (tc_dtype)t->dtype : TC_DTYPE__MAX;
+  return tensor_arg_ok(__func__, t) ? (tc_dtype)t->dtype : TC_DTYPE__MAX;
 }
 
 bool tc_is_contiguous(const tc_tensor *t)
 {
-  return t && tensor_is_contiguous(t);
+  return tensor_arg_ok(__func__, t) && tensor_is_contiguous(t);
 }
 
 int64_t tc_size(const tc_tensor *t, int dim)
 {
-  if (!t) {
-    tc_seterr_null(__func__);
+  if (!tensor_arg_ok(__func__, t))
     return -1;
-  }
   int d = tensor_wrap_dim(__func__, dim, t->ndim);
   if (d < 0)
     return -1;
@@ -318,10 +348,8 @@ int64_t tc_size(const tc_tensor *t, int dim)
 
 int64_t tc_stride(const tc_tensor *t, int dim)
 {
-  if (!t) {
-    tc_seterr_null(__func__);
+  if (!tensor_arg_ok(__func__, t))
     return -1;
-  }
   int d = tensor_wrap_dim(__func__, dim, t->ndim);
   if (d < 0)
     return -1;

@@ -109,7 +109,9 @@ struct tc_tensor {
   uint8_t ndim;
   uint8_t keys;         /* dispatch key set, TC_KEYSET bits */
   uint8_t kept;         /* tc_keep()ed in the innermost scope */
-  int32_t scope_slot;   /* index in the thread's scope stack, -1 if none */
+  int32_t scope_slot;   /* index in its scope's stack, -1 if none */
+  uint32_t scope_owner; /* that scope's thread (scope.c's id), 0 if none */
+  uint32_t live;        /* TENSOR_LIVE; TENSOR_DEAD once freed */
   int64_t numel;
   int64_t offset;       /* in elements, into storage */
   int64_t shape[TC_MAX_DIMS];
@@ -143,7 +145,8 @@ static inline int tensor_make_readable(tc_tensor *t)
 typedef enum {
   TC_LOG_REGIONS = 1, TC_LOG_GUARDS = 2, TC_LOG_RECOMPILES = 4,
   TC_LOG_FUSION = 8, TC_LOG_COMPILE = 16, TC_LOG_CACHE = 32,
-  TC_LOG_FALLBACK = 64
+  TC_LOG_FALLBACK = 64,
+  TC_LOG_ERROR = 128     /* misuse the program must hear of: always shown */
 } tc_log_cat;
 /* Categories enabled by TC_LOG (read once). */
 unsigned tensor_log_mask(void);
@@ -153,6 +156,28 @@ void tensor_log_to(FILE *f, unsigned cats);
 /* One line "tc[cat]: ..." to stderr. */
 void tensor_log(tc_log_cat c, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
+
+/* Handle liveness, so a released handle passed back in gets an error, not
+** silent garbage. Best effort: detected while the handle's memory has not
+** been reused (freed handles wait in a free list; AddressSanitizer builds
+** catch the rest). */
+#define TENSOR_LIVE 0x7c7e11feu
+#define TENSOR_DEAD 0xdeadc7c7u
+
+/* Is t usable as an argument of public function fn? NULL keeps the first
+** error of a chain (or says "argument is NULL"); a released handle says
+** so. */
+static inline bool tensor_arg_ok(const char *fn, const tc_tensor *t)
+{
+  if (t && t->live == TENSOR_LIVE)
+    return true;
+  if (!t)
+    tc_seterr_null(fn);
+  else
+    tc_seterr(TC_E_ARG, "%s: tensor was already released (used after "
+              "tc_release or tc_scope_end)", fn);
+  return false;
+}
 
 /* Raw handle memory (per-thread free list); callers initialize it. */
 tc_tensor *tensor_handle_alloc(void);
@@ -221,9 +246,14 @@ void tensor_alloc_reset_stats(void);
 
 /* -- Scopes ---------------------------------------------------------------- */
 
-/* Register a new tensor with the innermost open scope (no-op if none). */
+/* Register a new tensor with the calling thread's innermost open scope
+** (no-op if none). */
 void tensor_scope_track(tc_tensor *t);
-void tensor_scope_forget(tc_tensor *t);
+/* The program dropped its last reference to tracked tensor t. On the
+** scope's own thread its slot is cleared and true returned (the caller
+** frees t as usual); on another thread false: the scope's slot keeps t
+** alive (the caller's reference passes to it) until the scope ends. */
+bool tensor_scope_forget(tc_tensor *t);
 
 /* -- Shape inference (infer.c): the checks every op makes at its call ------ */
 

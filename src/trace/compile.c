@@ -528,7 +528,9 @@ static int run_kernel(const trace_region *r, const fuse_plan *p,
               st->buf_off[i] * (int64_t)tensor_dtype_size[k->buf[i].dtype];
   }
   for (int i = 0; i < st->nscal; i++)
-    scal[i] = r->nodes[st->scal[i].node]->s[st->scal[i].which];
+    scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN
+              ? (double)k->row_len
+              : r->nodes[st->scal[i].node]->s[st->scal[i].which];
   int64_t dimsbuf[64], *dims = NULL;
   if (k->dynamic) {
     int n = kir_dyn_len(k);
@@ -636,6 +638,23 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
   return rc;
 }
 
+/* Does plan `now` (built for this run's shapes) run the same code as
+** `code`, whose kernels are compiled? Sizes and strides may differ (they
+** are arguments of shape-dynamic kernels); nothing else may, or the
+** compiled kernels would compute something else (a size baked in). */
+static bool same_code(const fuse_plan *now, const fuse_plan *code)
+{
+  if (now->nsteps != code->nsteps)
+    return false;
+  for (int s = 0; s < now->nsteps; s++) {
+    const fuse_step *a = &now->steps[s], *b = &code->steps[s];
+    if (a->kind != b->kind ||
+        (a->kind == FSTEP_KERNEL && !kir_same_code(a->k, b->k)))
+      return false;
+  }
+  return true;
+}
+
 static int run_region(void *plan, trace_region *r)
 {
   trace_plan *tp = plan;
@@ -650,8 +669,13 @@ static int run_region(void *plan, trace_region *r)
   graph_free(&gb);
   if (!now)
     return -1;
-  int rc = now->nsteps == tp->plan->nsteps ? run_plan_with(now, tp->plan, r)
-                                           : -1;
+  int rc = -1;
+  if (same_code(now, tp->plan))
+    rc = run_plan_with(now, tp->plan, r);
+  else if (tensor_log_on(TC_LOG_RECOMPILES))
+    tensor_log(TC_LOG_RECOMPILES, "region %016llx: its shape-dynamic "
+               "kernels do not fit these shapes; running eagerly",
+               (unsigned long long)r->hash);
   fuse_plan_free(now);
   return rc;
 }

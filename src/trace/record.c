@@ -10,7 +10,24 @@
 
 #include "trace_int.h"
 
-_Thread_local trace_state trace_ts;
+trace_state trace_g;
+
+/* -- The lock ----------------------------------------------------------------- */
+
+static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int lock_depth;   /* reentrant on one thread */
+
+void trace_lock(void)
+{
+  if (lock_depth++ == 0)
+    pthread_mutex_lock(&graph_lock);
+}
+
+void trace_unlock(void)
+{
+  if (--lock_depth == 0)
+    pthread_mutex_unlock(&graph_lock);
+}
 
 /* -- Nodes ------------------------------------------------------------------ */
 
@@ -27,47 +44,32 @@ static bool geom_is_contiguous_of(const tensor_geom *g, int ndim,
   return true;
 }
 
-/* Nodes come from a per-thread free list: recording is on every op's path
-** (issue 3: tracing costs at most 1.5x an eager op). The list is emptied
-** when its thread exits and at process exit. */
+/* Nodes come from a free list (under the lock): recording is on every op's
+** path (issue 3: tracing costs at most 1.5x an eager op). Emptied at
+** process exit. */
 #ifdef __SANITIZE_ADDRESS__
 #define NODE_CACHE 0   /* AddressSanitizer sees every use after free */
 #else
 #define NODE_CACHE 256
 #endif
 
-static void node_cache_fini(void *unused)
-{
-  (void)unused;
-  while (trace_ts.free_nodes) {
-    trace_node *n = trace_ts.free_nodes;
-    trace_ts.free_nodes = (trace_node *)n->handles;
-    free(n);
-  }
-  trace_ts.nfree = 0;
-}
-
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static _Thread_local bool cache_registered;
-
-static void cache_key_make(void)
-{
-  pthread_key_create(&cache_key, node_cache_fini);
-}
-
 __attribute__((destructor)) static void node_cache_at_exit(void)
 {
-  node_cache_fini(NULL);
+  while (trace_g.free_nodes) {
+    trace_node *n = trace_g.free_nodes;
+    trace_g.free_nodes = (trace_node *)n->handles;
+    free(n);
+  }
+  trace_g.nfree = 0;
 }
 
 /* An uninitialized node; node_for_call sets every field it reads. */
 static trace_node *node_alloc(void)
 {
-  trace_node *n = trace_ts.free_nodes;
+  trace_node *n = trace_g.free_nodes;
   if (n) {
-    trace_ts.free_nodes = (trace_node *)n->handles;
-    trace_ts.nfree--;
+    trace_g.free_nodes = (trace_node *)n->handles;
+    trace_g.nfree--;
   } else if (!(n = malloc(sizeof *n))) {
     tc_seterr(TC_E_NOMEM, "out of memory recording an op");
   }
@@ -85,7 +87,7 @@ void trace_node_release(trace_node *n)
       trace_node *in = n->in[i].node;
       if (n->in[i].leaf) {
         tensor_unref(n->in[i].leaf);
-        trace_ts.live_nodes--;
+        trace_g.live_nodes--;
       }
       if (!in)
         continue;
@@ -95,16 +97,11 @@ void trace_node_release(trace_node *n)
         trace_node_release(in);
     }
     tensor_unref(n->value);
-    trace_ts.live_nodes--;
-    if (!cache_registered) {
-      pthread_once(&cache_once, cache_key_make);
-      pthread_setspecific(cache_key, &trace_ts);
-      cache_registered = true;
-    }
-    if (trace_ts.nfree < NODE_CACHE) {
-      n->handles = (tc_tensor *)trace_ts.free_nodes;
-      trace_ts.free_nodes = n;
-      trace_ts.nfree++;
+    trace_g.live_nodes--;
+    if (trace_g.nfree < NODE_CACHE) {
+      n->handles = (tc_tensor *)trace_g.free_nodes;
+      trace_g.free_nodes = n;
+      trace_g.nfree++;
     } else {
       free(n);
     }
@@ -186,7 +183,7 @@ static uint64_t node_hash(const trace_node *n)
 ** not found by those walks, as before (held = -1). */
 static void held_add(trace_node *n)
 {
-  trace_state *s = &trace_ts;
+  trace_state *s = &trace_g;
   if (s->nheld == s->cap_held) {
     int cap = s->cap_held ? 2 * s->cap_held : 16;
     trace_node **p = realloc(s->held, sizeof *p * (size_t)cap);
@@ -203,7 +200,7 @@ static void held_add(trace_node *n)
 
 static void held_remove(trace_node *n)
 {
-  trace_state *s = &trace_ts;
+  trace_state *s = &trace_g;
   if (n->held < 0)
     return;
   trace_node *last = s->held[--s->nheld];
@@ -250,6 +247,8 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   h->keys = TC_KEYSET(TC_KEY_CPU) | TC_KEYSET(TC_KEY_TRACE);
   h->kept = 0;
   h->scope_slot = -1;
+  h->scope_owner = 0;
+  h->live = TENSOR_LIVE;
   h->offset = 0;
   h->storage = NULL;
   int64_t numel = 1;
@@ -297,12 +296,30 @@ void trace_materialize_handles(trace_node *n, tc_tensor *v)
 
 /* -- Edges: how an op reads a tensor ---------------------------------------- */
 
-/* The edge for reading t: its node (with t's geometry) when lazy; the
-** pending write's node when t is exactly a view with a pending write; else
-** t itself (a leaf edge), after writing back pending writes to other views
-** of its storage. A leaf edge counts as a node against the node limit: the
-** region builder visits it like one. e is empty on entry. */
-static int edge_of(tc_tensor *t, trace_edge *e)
+/* Make every input readable as an edge: a materialized input whose storage
+** has pending writes that it does not read exactly (another view of the
+** storage) gets them written back first. All of this happens before any
+** edge is taken: a write-back may compute and overwrite what an edge taken
+** earlier would still read lazily (a pending write's node reading the
+** storage it is written to), and nothing outside the graph would tell the
+** realization that such an edge exists. */
+static int flush_inputs(tc_tensor *const *in, int n)
+{
+  for (int i = 0; i < n; i++) {
+    tc_tensor *t = in[i];
+    if (t && !t->lazy && t->storage && t->storage->pending &&
+        !trace_pending_find(t) && trace_flush_storage(t->storage) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The edge for reading t (after flush_inputs): its node (with t's
+** geometry) when lazy; the pending write's node when t is exactly a view
+** with a pending write; else t itself (a leaf edge). A leaf edge counts as
+** a node against the node limit: the region builder visits it like one.
+** e is empty on entry. */
+static void edge_of(tc_tensor *t, trace_edge *e)
 {
   if (t->lazy) {
     trace_node *n = t->lazy;
@@ -310,21 +327,16 @@ static int edge_of(tc_tensor *t, trace_edge *e)
     e->viewed = !geom_is_contiguous_of(&e->geom, n->ndim, n->shape);
     e->node = n;
     trace_node_retain(n);
-    return 0;
+    return;
   }
-  if (t->storage && t->storage->pending) {
-    trace_pending *w = trace_pending_find(t);
-    if (w) {
-      e->node = w->node;
-      trace_node_retain(w->node);
-      return 0;
-    }
-    if (trace_flush_storage(t->storage) < 0)
-      return -1;
+  trace_pending *w = t->storage->pending ? trace_pending_find(t) : NULL;
+  if (w) {
+    e->node = w->node;
+    trace_node_retain(w->node);
+    return;
   }
   e->leaf = tensor_ref(t);
-  trace_ts.live_nodes++;
-  return 0;
+  trace_g.live_nodes++;
 }
 
 /* A node computing op for call c, NULL on failure. Its inputs are the last
@@ -333,10 +345,12 @@ static int edge_of(tc_tensor *t, trace_edge *e)
 ** set once here: this is on every traced op's path. */
 static trace_node *node_for_call(const eager_call *c, tc_op op)
 {
+  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+  if (flush_inputs(c->in + skip, c->nin - skip) < 0)
+    return NULL;
   trace_node *n = node_alloc();
   if (!n)
     return NULL;
-  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
   n->refs = 0;
   n->op = op;
   n->dtype = (uint8_t)c->dtype;
@@ -353,20 +367,16 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   n->value = NULL;
   n->handles = NULL;
   n->mark = 0;
-  n->born = trace_ts.realizations;
+  n->born = trace_g.realizations;
   n->slot = -1;
-  trace_ts.live_nodes++;
+  trace_g.live_nodes++;
   for (int i = 0; i < n->nin; i++) {
     trace_edge *e = &n->in[i];
     e->node = NULL;   /* absent unless set (geom only when viewed) */
     e->leaf = NULL;
     e->viewed = false;
-    if (c->in[skip + i] && edge_of(c->in[skip + i], e) < 0) {
-      n->nin = i + 1;   /* edges past i are not set */
-      n->refs = 1;
-      trace_node_release(n);
-      return NULL;
-    }
+    if (c->in[skip + i])
+      edge_of(c->in[skip + i], e);
   }
   n->hash = node_hash(n);
   return n;
@@ -375,7 +385,7 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
 /* Realize everything when the live graph grows past the node limit. */
 static int check_limit(void)
 {
-  if (trace_ts.live_nodes < trace_cfg()->node_limit)
+  if (trace_g.live_nodes < trace_cfg()->node_limit)
     return 0;
   if (tensor_log_on(TC_LOG_REGIONS))
     tensor_log(TC_LOG_REGIONS, "node limit %d reached: realizing everything",
@@ -493,48 +503,102 @@ static tc_tensor *trace_eager(const eager_call *c)
   return run_cpu(c);
 }
 
+/* Every handler runs under the trace lock. */
+#define LOCKED(name)                                  \
+  static tc_tensor *locked_##name(const eager_call *c) \
+  {                                                   \
+    trace_lock();                                     \
+    tc_tensor *r = name(c);                           \
+    trace_unlock();                                   \
+    return r;                                         \
+  }
+LOCKED(trace_view)
+LOCKED(trace_functional)
+LOCKED(trace_inplace)
+LOCKED(trace_contiguous)
+LOCKED(trace_eager)
+#undef LOCKED
+
 static void register_handlers(void)
 {
   for (int op = 0; op < TC_OP__MAX; op++) {
     eager_kernel k;
     switch (op_table[op].kind) {
     case OPK_VW:
-      k = trace_view;
+      k = locked_trace_view;
       break;
     case OPK_PW:
-      k = (op_table[op].flags & OPF_M) ? trace_inplace : trace_functional;
+      k = (op_table[op].flags & OPF_M) ? locked_trace_inplace
+                                       : locked_trace_functional;
       break;
     case OPK_RD:
     case OPK_CP:
-      k = trace_functional;
+      k = locked_trace_functional;
       break;
     default:
-      k = op == TC_OP_CONTIGUOUS ? trace_contiguous
-          : op == TC_OP_MATMUL   ? trace_functional
-                                 : trace_eager;
+      k = op == TC_OP_CONTIGUOUS ? locked_trace_contiguous
+          : op == TC_OP_MATMUL   ? locked_trace_functional
+                                 : locked_trace_eager;
     }
     eager_register(TC_KEY_TRACE, (tc_op)op, k);
   }
 }
 
+/* The hooks lower layers call, under the lock. */
+static void locked_handle_released(tc_tensor *h)
+{
+  trace_lock();
+  handle_released(h);
+  trace_unlock();
+}
+
+static int locked_realize(tc_tensor *t)
+{
+  trace_lock();
+  /* Another thread may have realized t since the caller looked. */
+  int rc = t->lazy || (t->storage && t->storage->pending)
+           ? trace_realize_tensor(t) : 0;
+  trace_unlock();
+  return rc;
+}
+
+static int locked_sync(void)
+{
+  trace_lock();
+  int rc = trace_sync();
+  trace_unlock();
+  return rc;
+}
+
+static int locked_realize_all(void)
+{
+  trace_lock();
+  int rc = trace_realize_all();
+  trace_unlock();
+  return rc;
+}
+
 /* -- Init ------------------------------------------------------------------- */
 
-void trace_init(void)
+static void init_once(void)
 {
-  static bool done;
-  if (done)
-    return;
-  done = true;
   trace_config_load();
   leaf_hashes_init();
   register_handlers();
-  tensor_lazy_release_hook = handle_released;
-  tensor_hooks.realize = trace_realize_tensor;
-  tensor_hooks.sync = trace_sync;
-  tensor_hooks.realize_all = trace_realize_all;
+  tensor_lazy_release_hook = locked_handle_released;
+  tensor_hooks.realize = locked_realize;
+  tensor_hooks.sync = locked_sync;
+  tensor_hooks.realize_all = locked_realize_all;
   trace_compile_register();
 }
 
-__attribute__((constructor)) static void trace_ctor(void) { trace_init(); }
+/* Called by eager's one-time init (the library's composition root), so a
+** static link that pulls in any op pulls in tracing too: no constructor
+** that a linker could drop. Idempotent. */
+void trace_init(void)
+{
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, init_once);
+}
 
-int trace_live_nodes(void) { return trace_ts.live_nodes; }
+int trace_live_nodes(void) { return trace_g.live_nodes; }

@@ -68,7 +68,7 @@ static int grow(void **arr, int *cap, int need, size_t esz)
 
 trace_pending *trace_pending_find(const tc_tensor *t)
 {
-  trace_state *s = &trace_ts;
+  trace_state *s = &trace_g;
   for (int i = 0; i < s->npending; i++)
     if (s->pending[i].dst == t || tensor_same_view(s->pending[i].dst, t))
       return &s->pending[i];
@@ -77,7 +77,7 @@ trace_pending *trace_pending_find(const tc_tensor *t)
 
 int trace_pending_set(tc_tensor *dst, trace_node *n)
 {
-  trace_state *s = &trace_ts;
+  trace_state *s = &trace_g;
   trace_node_retain(n);
   trace_pending *w = trace_pending_find(dst);
   if (w) {
@@ -98,7 +98,7 @@ int trace_pending_set(tc_tensor *dst, trace_node *n)
 
 static void pending_drop(tc_tensor *dst)
 {
-  trace_state *s = &trace_ts;
+  trace_state *s = &trace_g;
   for (int i = 0; i < s->npending; i++)
     if (s->pending[i].dst == dst) {
       dst->storage->pending--;
@@ -163,7 +163,7 @@ static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
 ** region writes, until nothing more is pulled in. */
 static int close_writes(reqs *r)
 {
-  trace_state *s = &trace_ts;
+  trace_state *s = &trace_g;
   bool grew = true;
   while (grew) {
     grew = false;
@@ -205,7 +205,7 @@ static int add_survivors(reqs *q, trace_node *n, uint64_t epoch)
   if (n->mark == epoch || n->value)
     return 0;
   n->mark = epoch;
-  if (n->handles && n->born < trace_ts.realizations &&
+  if (n->handles && n->born < trace_g.realizations &&
       req_add(q, n, NULL) < 0)
     return -1;
   for (int i = 0; i < n->nin; i++)
@@ -308,7 +308,7 @@ static int region_build(builder *b, const reqs *q)
   r->result = calloc((size_t)q->n, sizeof *r->result);
   if (!r->outputs || !r->dest || !r->result)
     return -1;
-  uint64_t epoch = ++trace_ts.epoch;
+  uint64_t epoch = ++trace_g.epoch;
   for (int i = 0; i < q->n; i++) {
     r->outputs[i] = q->at[i].node;
     r->dest[i] = q->at[i].dest;
@@ -506,11 +506,11 @@ static int realize(reqs *q)
     return 0;
   if (close_writes(q) < 0)
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
-  uint64_t epoch = ++trace_ts.epoch;
+  uint64_t epoch = ++trace_g.epoch;
   for (int i = 0, n = q->n; i < n; i++)
     if (add_survivors(q, q->at[i].node, epoch) < 0)
       return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
-  trace_ts.realizations++;
+  trace_g.realizations++;
   builder b;
   trace_region *r = &b.r;
   if (region_build(&b, q) < 0) {
@@ -574,9 +574,9 @@ int trace_realize_tensor(tc_tensor *t)
   if (t->lazy)
     rc = req_add(&q, t->lazy, NULL);
   else if (t->storage && t->storage->pending)
-    for (int i = 0; i < trace_ts.npending && rc == 0; i++)
-      if (trace_ts.pending[i].dst->storage == t->storage)
-        rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+    for (int i = 0; i < trace_g.npending && rc == 0; i++)
+      if (trace_g.pending[i].dst->storage == t->storage)
+        rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
   if (rc == 0)
     rc = realize(&q);
   reqs_free(&q);
@@ -587,9 +587,9 @@ int trace_flush_storage(tensor_storage *s)
 {
   reqs q = { 0 };
   int rc = 0;
-  for (int i = 0; i < trace_ts.npending && rc == 0; i++)
-    if (trace_ts.pending[i].dst->storage == s)
-      rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+  for (int i = 0; i < trace_g.npending && rc == 0; i++)
+    if (trace_g.pending[i].dst->storage == s)
+      rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
   if (rc == 0)
     rc = realize(&q);
   reqs_free(&q);
@@ -600,8 +600,8 @@ int trace_sync(void)
 {
   reqs q = { 0 };
   int rc = 0;
-  for (int i = 0; i < trace_ts.npending && rc == 0; i++)
-    rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
+  for (int i = 0; i < trace_g.npending && rc == 0; i++)
+    rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
   if (rc == 0)
     rc = realize(&q);
   reqs_free(&q);
@@ -612,11 +612,11 @@ int trace_realize_all(void)
 {
   reqs q = { 0 };
   int rc = 0;
-  for (int i = 0; i < trace_ts.npending && rc == 0; i++)
-    rc = req_add(&q, trace_ts.pending[i].node, trace_ts.pending[i].dst);
-  for (int i = 0; i < trace_ts.nheld && rc == 0; i++)
-    if (!trace_ts.held[i]->value)
-      rc = req_add(&q, trace_ts.held[i], NULL);
+  for (int i = 0; i < trace_g.npending && rc == 0; i++)
+    rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
+  for (int i = 0; i < trace_g.nheld && rc == 0; i++)
+    if (!trace_g.held[i]->value)
+      rc = req_add(&q, trace_g.held[i], NULL);
   if (rc == 0)
     rc = realize(&q);
   reqs_free(&q);

@@ -24,7 +24,10 @@ typedef struct {
   trace_node *node;     /* owned ref: its new value */
 } trace_pending;
 
-/* Per-thread: the graph being recorded. */
+/* The graph being recorded: one per process, shared by every thread and
+** guarded by trace_lock (a lazy tensor may be made on one thread and used,
+** read or released on another; a write-back must see every lazy reader of
+** the storage it overwrites, whichever thread recorded it). */
 typedef struct {
   int live_nodes;
   trace_pending *pending;   /* owned array */
@@ -38,7 +41,13 @@ typedef struct {
   int nfree;
 } trace_state;
 
-extern _Thread_local trace_state trace_ts;
+extern trace_state trace_g;
+
+/* The trace lock: held by every TRACE handler and hook while it reads or
+** changes the graph, nodes, lazy handles or pending writes. Reentrant on
+** one thread (a realization may release handles or realize again). */
+void trace_lock(void);
+void trace_unlock(void);
 
 void trace_node_retain(trace_node *n);
 /* The structure hash a leaf edge of a tensor of ndim dims contributes. */
