@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "../src/cache/store.h"
+#include "../src/tensor/tensor.h"
 
 #define EXIT_PROBLEM 1
 #define EXIT_USAGE 2
@@ -249,10 +250,7 @@ static int parse_mb(const char *s, uint64_t *mb)
 
 static int cmd_prune(int argc, char **argv)
 {
-  uint64_t mb = 1024;
-  const char *env = getenv("TC_CACHE_MAX_MB");
-  if (env && *env && parse_mb(env, &mb) < 0)
-    fprintf(stderr, "tc-dump: ignoring TC_CACHE_MAX_MB=%s\n", env);
+  uint64_t mb = tensor_cfg()->cache_max_mb;
   if (argc == 2 && strncmp(argv[0], "--max-mb", 9) == 0) {
     if (parse_mb(argv[1], &mb) < 0)
       return bad_usage("--max-mb wants a whole number of MiB, not '%s'",

@@ -547,29 +547,22 @@ static void artifact_of(const char *dir, const char *key, char *out,
 int store_open(const char *root, char *why, size_t wlen)
 {
   char base[PATH_MAX], dir[PATH_MAX];
-  const char *e;
   char dummy[8];
   if (!why) {
     why = dummy;
     wlen = sizeof dummy;
   }
   if (!root) {
-    if ((e = getenv("TC_CACHE")) && strcmp(e, "0") == 0) {
+    const tensor_config *env = tensor_cfg();
+    if (!env->cache) {
       snprintf(why, wlen, "disabled by TC_CACHE=0");
       return -1;
     }
-    int r;
-    if ((e = getenv("TC_CACHE_DIR")) && *e)
-      r = fmt(base, sizeof base, "%s", e);
-    else if ((e = getenv("XDG_CACHE_HOME")) && *e == '/')
-      r = fmt(base, sizeof base, "%s/tc", e);
-    else if ((e = getenv("HOME")) && *e)
-      r = fmt(base, sizeof base, "%s/.cache/tc", e);
-    else {
+    if (!env->cache_dir[0]) {
       snprintf(why, wlen, "no TC_CACHE_DIR, XDG_CACHE_HOME or HOME");
       return -1;
     }
-    if (r < 0) {
+    if (fmt(base, sizeof base, "%s", env->cache_dir) < 0) {
       snprintf(why, wlen, "cache path too long");
       return -1;
     }
@@ -769,10 +762,7 @@ int store_put(const char *key, const char *tmp_so, const store_meta *m)
     goto out;
   }
   ret = 0;
-  const char *cap = getenv("TC_CACHE_MAX_MB");
-  uint64_t mb;
-  if (cap && *cap && num_u64(cap, &mb) == 0 && mb <= (UINT64_MAX >> 20))
-    store_prune(mb << 20);
+  store_prune(tensor_cfg()->cache_max_mb << 20);
 out:
   if (ret < 0)
     unlink(tmp_so);            /* consumed either way: no temp left behind */

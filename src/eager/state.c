@@ -42,15 +42,6 @@ void eager_note_compiled_run(void)
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_bool ready;   /* init_once has run: skip pthread_once */
 
-static bool env_flag(const char *name, bool dflt)
-{
-  const char *v = getenv(name);
-  if (!v || !*v)
-    return dflt;
-  return strcmp(v, "0") != 0 && strcmp(v, "false") != 0 &&
-         strcmp(v, "off") != 0;
-}
-
 static void print_stats(void)
 {
   tc_stats s;
@@ -74,16 +65,11 @@ static void print_stats(void)
 
 static void init_once(void)
 {
+  const tensor_config *env = tensor_cfg();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  cfg.threads = cores > 0 ? (int)cores : 1;
-  const char *t = getenv("TC_THREADS");
-  if (t && *t) {
-    long v = strtol(t, NULL, 10);
-    if (v >= 1 && v <= 1024)
-      cfg.threads = (int)v;
-  }
-  cfg.compile = env_flag("TC_COMPILE", false);
-  cfg.stats_at_exit = env_flag("TC_STATS", false);
+  cfg.threads = env->threads ? env->threads : cores > 0 ? (int)cores : 1;
+  cfg.compile = env->compile;
+  cfg.stats_at_exit = env->stats;
   eager_register_cpu_pointwise();
   eager_register_cpu_reduce();
   eager_register_cpu_composite();

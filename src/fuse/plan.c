@@ -714,13 +714,13 @@ static int reduce_pass(fb *b, kir_red red, int value)
 }
 
 /* The row length as a value of dtype dt (mean's and layer_norm's
-** divisor): a constant, or in a shape-dynamic kernel a scalar that each
-** launch fills with its own row length. Either way (T)(double)n, as the
-** eager kernels' K(n). */
+** divisor): a scalar that each launch fills with its row length, (T)(double)n
+** as the eager kernels' K(n). Never a constant: a shape-dynamic kernel must
+** not bake it in, and a static one would let GCC fold an empty row's 0 / 0
+** into a NaN of another sign than the one the eager kernel computes. */
 static int row_len_value(fb *b, int n, tc_dtype dt)
 {
-  return b->dynamic ? scalar_slot(b, n, FUSE_SCALAR_ROW_LEN, dt)
-                    : kir_const(b->k, dt, (double)b->k->row_len);
+  return scalar_slot(b, n, FUSE_SCALAR_ROW_LEN, dt);
 }
 
 /* A ROWS kernel for reduction or composite n: the reduced dim is the row

@@ -66,9 +66,9 @@ static size_t large_class(size_t n)
 
 static void pool_init(void)
 {
-  const char *s = getenv("TC_POOL_MAX_MB");
-  if (s && *s) {
-    pool.cap = (size_t)strtoull(s, NULL, 10) << 20;
+  int64_t mb = tensor_cfg()->pool_max_mb;
+  if (mb >= 0) {
+    pool.cap = (size_t)mb << 20;
   } else {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     pool.cap = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 4

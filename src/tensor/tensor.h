@@ -140,6 +140,38 @@ static inline int tensor_make_readable(tc_tensor *t)
   return 0;
 }
 
+/* -- Configuration (config.c): the one reader of the environment ---------- */
+
+/* Every TC_* variable, read once at first use (documented in
+** docs/ARCHITECTURE.md). Booleans take 0/false/no/off and 1/true/yes/on;
+** a value that is not understood gets one warning line and the default. */
+typedef struct {
+  bool compile;            /* TC_COMPILE: trace and compile (0) */
+  int hot;                 /* TC_HOT: sightings before a compile (2) */
+  int recompile_limit;     /* TC_RECOMPILE_LIMIT: variants before a
+                              shape-dynamic compile (8) */
+  int node_limit;          /* TC_NODE_LIMIT: live nodes before all is
+                              realized (2048) */
+  bool async;              /* TC_ASYNC: compile in the background (1) */
+  bool jit;                /* TC_JIT: 0 traces but never compiles (1) */
+  int threads;             /* TC_THREADS (0: all cores) */
+  bool cache;              /* TC_CACHE: the disk store (1) */
+  char cache_dir[4096];    /* TC_CACHE_DIR, else $XDG_CACHE_HOME/tc, else
+                              $HOME/.cache/tc; "" when none */
+  uint64_t cache_max_mb;   /* TC_CACHE_MAX_MB: the store's cap (1024) */
+  int64_t pool_max_mb;     /* TC_POOL_MAX_MB: allocator cache (-1: RAM/4;
+                              0 caches nothing) */
+  int regions_max;         /* TC_REGIONS_MAX: region table entries (4096) */
+  int kernels_max;         /* TC_KERNELS_MAX: loaded kernels (1024) */
+  unsigned log;            /* TC_LOG: tc_log_cat bits */
+  bool debug;              /* TC_DEBUG: print plans and generated code */
+  bool stats;              /* TC_STATS: print counters at exit */
+} tensor_config;
+
+const tensor_config *tensor_cfg(void);
+/* Read the environment again (tests that change it; not thread-safe). */
+void tensor_config_reload(void);
+
 /* -- Logging (TC_LOG=cat,cat,...) ------------------------------------------ */
 
 typedef enum {
@@ -148,8 +180,9 @@ typedef enum {
   TC_LOG_FALLBACK = 64,
   TC_LOG_ERROR = 128     /* misuse the program must hear of: always shown */
 } tc_log_cat;
-/* Categories enabled by TC_LOG (read once). */
+/* Categories enabled by TC_LOG (or by tensor_log_to). */
 unsigned tensor_log_mask(void);
+const char *tensor_log_cat_name(unsigned bit);
 static inline bool tensor_log_on(tc_log_cat c) { return (tensor_log_mask() & c) != 0; }
 /* Send events of categories cats to f (NULL: stderr); for tests. */
 void tensor_log_to(FILE *f, unsigned cats);

@@ -181,10 +181,12 @@ int tensor_geom_slice(const char *fn, tensor_geom *g, int dim, int64_t start,
     start = n;
   if (end > n)
     end = n;
-  int64_t len = end > start ? (end - start + step - 1) / step : 0;
+  /* (Written so a huge step cannot overflow.) */
+  int64_t len = end > start ? 1 + (end - start - 1) / step : 0;
   g->offset += start * g->stride[d];
   g->shape[d] = len;
-  g->stride[d] *= step;
+  if (len > 1)   /* then step < n, and stride * step stays in range */
+    g->stride[d] *= step;
   return 0;
 }
 

@@ -15,15 +15,7 @@
 #include "../fuse/fuse.h"
 #include "../jit_cpu/jit_cpu.h"
 
-static bool debug_on(void)
-{
-  static int on = -1;
-  if (on < 0) {
-    const char *v = getenv("TC_DEBUG");
-    on = v && *v && strcmp(v, "0") != 0;
-  }
-  return on;
-}
+static bool debug_on(void) { return tensor_cfg()->debug; }
 
 /* -- Region -> fuse graph ---------------------------------------------------- */
 
@@ -398,15 +390,7 @@ static void compile_stop(void)
   pthread_mutex_unlock(&q.lock);
 }
 
-static bool async_on(void)
-{
-  static int on = -1;
-  if (on < 0) {
-    const char *v = getenv("TC_ASYNC");
-    on = !(v && strcmp(v, "0") == 0);
-  }
-  return on;
-}
+static bool async_on(void) { return tensor_cfg()->async; }
 
 static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash)
 {
@@ -683,8 +667,7 @@ static int run_region(void *plan, trace_region *r)
 /* Called by trace_init: fusion and the CPU JIT become the compile hook. */
 void trace_compile_register(void)
 {
-  const char *jit = getenv("TC_JIT");
-  if (jit && strcmp(jit, "0") == 0)
+  if (!tensor_cfg()->jit)
     return;   /* TC_JIT=0: trace and count, but never compile */
   trace_set_compiler(compile_region, run_region);
 }

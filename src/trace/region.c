@@ -25,21 +25,13 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static trace_compile_fn compile_hook;
 static trace_run_fn run_hook;
 
-static int env_int(const char *name, int dflt, int lo, int hi)
-{
-  const char *v = getenv(name);
-  if (!v || !*v)
-    return dflt;
-  long x = strtol(v, NULL, 10);
-  return x < lo ? lo : x > hi ? hi : (int)x;
-}
-
 void trace_config_load(void)
 {
+  const tensor_config *env = tensor_cfg();
   trace_config *c = &trace_config_cur;
-  c->hot = env_int("TC_HOT", 2, 1, 1 << 30);
-  c->recompile_limit = env_int("TC_RECOMPILE_LIMIT", 8, 1, 1 << 20);
-  c->node_limit = env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
+  c->hot = env->hot;
+  c->recompile_limit = env->recompile_limit;
+  c->node_limit = env->node_limit;
   cache_configure(&(cache_config){ c->hot, c->recompile_limit });
 }
 

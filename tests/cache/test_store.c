@@ -302,19 +302,25 @@ static void test_store_open_env(void **state)
   char why[256], dir[PATH_MAX], want[PATH_MAX + 8];
   snprintf(dir, sizeof dir, "%s/env/a/b", root);
   setenv("TC_CACHE_DIR", dir, 1);
+  tensor_config_reload();
   setenv("TC_CACHE", "0", 1);
+  tensor_config_reload();
   assert_int_equal(store_open(NULL, why, sizeof why), -1);
   assert_non_null(strstr(why, "TC_CACHE=0"));
   unsetenv("TC_CACHE");
+  tensor_config_reload();
   assert_int_equal(store_open(NULL, why, sizeof why), 0);
   snprintf(want, sizeof want, "%s/v1", dir);
   assert_string_equal(store_root(), want);
   unsetenv("TC_CACHE_DIR");
+  tensor_config_reload();
   setenv("XDG_CACHE_HOME", dir, 1);
+  tensor_config_reload();
   assert_int_equal(store_open(NULL, why, sizeof why), 0);
   snprintf(want, sizeof want, "%s/tc/v1", dir);
   assert_string_equal(store_root(), want);
   unsetenv("XDG_CACHE_HOME");
+  tensor_config_reload();
   store_close();
   assert_false(store_is_open());
   assert_null(store_root());
@@ -661,11 +667,13 @@ static void test_store_max_mb(void **state)
   store_meta m;
   char so[PATH_MAX];
   setenv("TC_CACHE_MAX_MB", "1", 1);
+  tensor_config_reload();
   for (int i = 0; i < 3; i++) {  /* 3 x 400 KiB under a 1 MiB cap */
     assert_int_equal(put_n(30 + i, 400 << 10), 0);
     pause_ms(30);
   }
   unsetenv("TC_CACHE_MAX_MB");
+  tensor_config_reload();
   assert_int_equal(get_i(30, &m, so, sizeof so), -1);
   assert_int_equal(get_i(31, &m, so, sizeof so), 0);
   store_meta_free(&m);
