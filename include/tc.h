@@ -17,6 +17,30 @@
 **   - Shapes are (int ndim, const int64_t *shape); TC_SHAPE(2, 3) expands to
 **     `2, (const int64_t[]){2, 3}`.
 **   - Dims may be negative (counting from the end), as in PyTorch.
+**   - A released tensor passed back in gets an error ("tensor was already
+**     released"), and a release of more references than the program holds
+**     is refused with a message on stderr (detected while the handle's
+**     memory has not been reused; AddressSanitizer builds catch the rest).
+**
+** Threads
+**   - Tensors may be shared between threads in both modes: any thread may
+**     read a tensor, use it as an input, retain it and release it, whichever
+**     thread made it (lazy tensors of compile mode included).
+**   - Writing a tensor (an in-place op, or raw writes through tc_data) while
+**     another thread reads or writes the same storage is a data race, as in
+**     PyTorch: order such accesses yourself (a mutex, a join).
+**   - Per thread: the last error, and scopes. A scope manages the tensors
+**     the API returned to its own thread; another thread may release one of
+**     them early (the scope then lets it go when it ends). A thread that
+**     exits with scopes open ends them.
+**   - Process-wide: compile mode (tc_compile_set, TC_COMPILE), statistics,
+**     the region and kernel caches, and pending in-place writes: tc_sync()
+**     completes every pending write, whichever thread made it, and a write
+**     made on a thread that then exits is never lost.
+**   - In compile mode one lock orders recording and realization across
+**     threads: programs with several threads are correct, but their traced
+**     ops and compiled regions do not run concurrently (each kernel still
+**     uses tc's own thread pool, TC_THREADS).
 */
 #ifndef TC_H
 #define TC_H
@@ -112,8 +136,14 @@ TC_API tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
 TC_API int tc_copy_to(tc_tensor *t, void *dst, size_t nbytes);
 /* The single element of a one-element tensor, converted to double. */
 TC_API int tc_item(tc_tensor *t, double *out);
-/* Pointer to t's data: valid while t lives; t is made contiguous in place
-** (its storage replaced) when it is not already. */
+/* Pointer to t's data (C order), valid while t lives: reads see every
+** earlier op, and raw writes are seen by every later op, in compile mode
+** too: while t lives, ops that read or write its storage run at once, as
+** eagerly, so no lazy op runs before or after a raw access it should not.
+** To keep compiled regions fused around such a tensor, take the pointer
+** through a short-lived alias (tc_to(t, "cpu")) and release it when done.
+** NULL with an error for a non-contiguous view (its elements are not one
+** array; tc_contiguous copies them). */
 TC_API void *tc_data(tc_tensor *t);
 TC_API int tc_realize(tc_tensor *t);
 TC_API int tc_sync(void);

@@ -280,18 +280,20 @@ void *tc_data(tc_tensor *t)
   eager_init();
   if (!materialized(fn, t))
     return NULL;
-  if (tensor_is_contiguous(t))
-    return tensor_ptr(t);
-  /* Give t a contiguous storage of its own; other views keep the old one. */
-  tc_tensor *c = eager_contiguous_copy(t, (tc_dtype)t->dtype);
-  if (!c)
+  if (!tensor_is_contiguous(t)) {
+    /* A copy would detach t from the storage it views: writes through the
+    ** pointer would reach neither the base nor its other views. */
+    tc_seterr(TC_E_ARG, "%s: the tensor is a non-contiguous view; its "
+              "elements are not one array (tc_contiguous(t) gives a "
+              "contiguous copy, tc_copy_to copies them out)", fn);
     return NULL;
-  tensor_storage *old = t->storage;
-  t->storage = c->storage;
-  c->storage = old;
-  t->offset = 0;
-  tensor_contiguous_strides(t->ndim, t->shape, t->stride);
-  tensor_unref(c);
+  }
+  if (!t->exposed) {
+    if (tensor_hooks.expose && tensor_hooks.expose(t) < 0)
+      return NULL;
+    t->exposed = 1;
+    atomic_fetch_add(&t->storage->exposed, 1);
+  }
   return tensor_ptr(t);
 }
 

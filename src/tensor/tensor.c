@@ -28,6 +28,7 @@ static tensor_storage *storage_new(size_t nbytes)
   }
   atomic_init(&s->refs, 1);
   atomic_init(&s->version, 0);
+  atomic_init(&s->exposed, 0);
   s->device = TC_DEV_CPU;
   s->nbytes = nbytes;
   s->pending = 0;
@@ -216,6 +217,7 @@ static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->ndim = (uint8_t)ndim;
   t->keys = TC_KEYSET(TC_KEY_CPU);
   t->kept = 0;
+  t->exposed = 0;
   t->scope_slot = -1;
   t->scope_owner = 0;
   t->live = TENSOR_LIVE;
@@ -268,6 +270,8 @@ void tensor_free(tc_tensor *t)
 {
   if (t->lazy && tensor_lazy_release_hook)
     tensor_lazy_release_hook(t);
+  if (t->exposed)
+    atomic_fetch_sub(&t->storage->exposed, 1);
   storage_release(t->storage);
   tensor_handle_dealloc(t);
 }

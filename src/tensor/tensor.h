@@ -94,6 +94,9 @@ typedef struct tensor_storage {
   void *data;           /* owned, from the caching allocator */
   atomic_uint_fast64_t version;  /* bumped by every in-place write */
   uint32_t pending;     /* traced in-place writes not yet written (trace) */
+  atomic_int exposed;   /* live handles the program took a raw pointer
+                           through (tc_data): ops that read or write this
+                           storage then run at once, as eagerly */
 } tensor_storage;
 
 /* Dispatch keys, in priority order (highest set bit wins). ORDER KEY */
@@ -109,6 +112,7 @@ struct tc_tensor {
   uint8_t ndim;
   uint8_t keys;         /* dispatch key set, TC_KEYSET bits */
   uint8_t kept;         /* tc_keep()ed in the innermost scope */
+  uint8_t exposed;      /* tc_data() was called on it (storage->exposed) */
   int32_t scope_slot;   /* index in its scope's stack, -1 if none */
   uint32_t scope_owner; /* that scope's thread (scope.c's id), 0 if none */
   uint32_t live;        /* TENSOR_LIVE; TENSOR_DEAD once freed */
@@ -130,6 +134,9 @@ typedef struct {
                                      writes: compute them now */
   int (*sync)(void);              /* complete every pending write */
   int (*realize_all)(void);       /* realize every lazy tensor too */
+  int (*expose)(tc_tensor *t);    /* t (readable) is about to hand out a raw
+                                     pointer: compute every lazy value that
+                                     reads its storage now */
 } tensor_trace_hooks;
 extern tensor_trace_hooks tensor_hooks;
 /* Make t readable (materialized, no pending writes); 0 or -1. */

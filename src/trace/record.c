@@ -246,6 +246,7 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   h->ndim = (uint8_t)ndim;
   h->keys = TC_KEYSET(TC_KEY_CPU) | TC_KEYSET(TC_KEY_TRACE);
   h->kept = 0;
+  h->exposed = 0;
   h->scope_slot = -1;
   h->scope_owner = 0;
   h->live = TENSOR_LIVE;
@@ -411,6 +412,18 @@ static tc_tensor *run_cpu(const eager_call *c)
   return eager_lookup(TC_KEY_CPU, c->op)(c);
 }
 
+/* Does node n read a storage the program holds a raw pointer into? Then
+** it is computed at once, as eagerly: a raw write may come at any time
+** after the op and must not reach it (tc_data). */
+static bool reads_exposed(const trace_node *n)
+{
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i].leaf && atomic_load_explicit(&n->in[i].leaf->storage->exposed,
+                                              memory_order_relaxed))
+      return true;
+  return false;
+}
+
 /* Functional ops: one new node, one new lazy handle. */
 static tc_tensor *trace_functional(const eager_call *c)
 {
@@ -423,6 +436,11 @@ static tc_tensor *trace_functional(const eager_call *c)
   if (!h) {
     n->refs = 1;
     trace_node_release(n);
+    return NULL;
+  }
+  if (reads_exposed(n) && trace_realize_tensor(h) < 0) {
+    tensor_unref(h);
+    return NULL;
   }
   return h;
 }
@@ -477,6 +495,8 @@ static tc_tensor *trace_inplace(const eager_call *c)
       dst->lazy = n;
       handle_link(n, dst);
       trace_node_release(old);
+      if (reads_exposed(n) && trace_realize_tensor(dst) < 0)
+        return NULL;
       return dst;
     }
   }
@@ -492,6 +512,11 @@ static tc_tensor *trace_inplace(const eager_call *c)
     trace_node_release(n);
     return NULL;
   }
+  /* A write to a storage the program has a raw pointer into, or reading
+  ** one, happens now (tc_data). */
+  if ((atomic_load_explicit(&dst->storage->exposed, memory_order_relaxed)
+       || reads_exposed(n)) && trace_flush_storage(dst->storage) < 0)
+    return NULL;
   return dst;
 }
 
@@ -570,6 +595,14 @@ static int locked_sync(void)
   return rc;
 }
 
+static int locked_expose(tc_tensor *t)
+{
+  trace_lock();
+  int rc = trace_expose(t);
+  trace_unlock();
+  return rc;
+}
+
 static int locked_realize_all(void)
 {
   trace_lock();
@@ -589,6 +622,7 @@ static void init_once(void)
   tensor_hooks.realize = locked_realize;
   tensor_hooks.sync = locked_sync;
   tensor_hooks.realize_all = locked_realize_all;
+  tensor_hooks.expose = locked_expose;
   trace_compile_register();
 }
 

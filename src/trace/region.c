@@ -600,6 +600,43 @@ int trace_sync(void)
   return rc;
 }
 
+/* Does n's pending subgraph read storage s (through a leaf edge)? */
+static bool reads_storage(trace_node *n, const tensor_storage *s,
+                          uint64_t epoch)
+{
+  if (n->mark == epoch || n->value)
+    return false;
+  n->mark = epoch;
+  for (int i = 0; i < n->nin; i++) {
+    const trace_edge *e = &n->in[i];
+    if (e->leaf ? e->leaf->storage == s
+                : e->node && reads_storage(e->node, s, epoch))
+      return true;
+  }
+  return false;
+}
+
+int trace_expose(tc_tensor *t)
+{
+  reqs q = { 0 };
+  int rc = 0;
+  for (int i = 0; i < trace_g.npending && rc == 0; i++)
+    if (trace_g.pending[i].dst->storage == t->storage ||
+        reads_storage(trace_g.pending[i].node, t->storage, ++trace_g.epoch))
+      rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
+  for (int i = 0; i < trace_g.nheld && rc == 0; i++) {
+    trace_node *h = trace_g.held[i];
+    if (!h->value && reads_storage(h, t->storage, ++trace_g.epoch))
+      rc = req_add(&q, h, NULL);
+  }
+  if (rc == 0)
+    rc = realize(&q);
+  else
+    tc_seterr(TC_E_NOMEM, "out of memory realizing");
+  reqs_free(&q);
+  return rc;
+}
+
 int trace_realize_all(void)
 {
   reqs q = { 0 };

@@ -68,5 +68,8 @@ int trace_realize_tensor(tc_tensor *t);
 int trace_flush_storage(tensor_storage *s);
 int trace_sync(void);
 int trace_realize_all(void);
+/* Before a raw pointer to t's storage is handed out: compute every lazy
+** value and pending write that reads or writes that storage. */
+int trace_expose(tc_tensor *t);
 
 #endif
