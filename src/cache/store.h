@@ -18,11 +18,16 @@
 ** directory and renamed into place, so readers never see a partial file and
 ** N processes storing the same key all succeed, leaving one entry.
 **
-** The disk is untrusted input: an artifact is loaded only after its
-** checksum matches the meta, and only when it and its directory are owned
-** by this user and not writable by group or others. A truncated,
-** corrupted or mismatched entry is removed (with one log line) and the
-** caller compiles again.
+** The disk is untrusted input (README.md, "Trust model"). Before any code
+** of an entry is loaded: every directory on the way is a real directory
+** (not a link), owned by this user and not writable by group or others;
+** the meta and the artifact are regular files (never a link, FIFO, device
+** or directory: such names are judged by lstat and never opened) with the
+** same ownership and modes; the meta parses and its key is the key of its
+** file name; the artifact has the recorded size and checksum. A
+** truncated, corrupted, mismatched or wrong-typed entry is removed (with
+** one log line) and the caller compiles again; one owned by someone else
+** or writable by others is left alone and not loaded.
 **
 ** The .meta format: "name: value" lines up to a blank line, then sections
 ** "--- ir ---", "--- source ---", "--- guards ---" each running to the
@@ -40,6 +45,7 @@
 
 #define STORE_KEY_LEN 32          /* hex digits */
 #define STORE_CODEGEN_VERSION "tc-kir-2"
+#define STORE_ARTIFACT_MAX (256u << 20)   /* a bigger artifact is not ours */
 
 typedef struct {
   char key[STORE_KEY_LEN + 1];
@@ -73,8 +79,8 @@ void store_key(const char *ir_text, const char *backend, const char *target,
 /* Open the store at root (NULL: from the environment: TC_CACHE=0 disables
 ** it, TC_CACHE_DIR, XDG_CACHE_HOME, HOME). Creates <root>/v1 with mode
 ** 0700. Returns 0, or -1 when the store cannot be used (disabled, not
-** creatable, not ours, unsafe permissions): the caller then keeps kernels
-** in memory only; `why` says why in one line. */
+** creatable, not a directory, not ours, unsafe permissions): the caller
+** then keeps kernels in memory only; `why` says why in one line. */
 int store_open(const char *root, char *why, size_t wlen);
 bool store_is_open(void);
 const char *store_root(void);     /* "<root>/v1", or NULL */
@@ -90,15 +96,17 @@ int store_tmp_path(const char *key, char *path, size_t len);
 ** store_meta_free) and the verified artifact's full path, and records the
 ** hit (hits + 1, last_used = now). Returns -1 when absent, or when the
 ** entry was bad (then it has been removed and logged), or unsafe (left in
-** place, logged, not loaded). */
+** place, logged, not loaded). Never blocks on a FIFO or follows a link. */
 int store_get(const char *key, store_meta *m, char *so_path, size_t len);
 
-/* Enter a compiled kernel: the artifact written at tmp_so is checksummed,
-** renamed to its content name, and the meta (from *m: fill everything but
-** key/artifact/checksum/bytes/created/last_used/hits) written atomically.
-** Then the store is trimmed to TC_CACHE_MAX_MB (default 1024) if set.
-** Returns 0, or -1 on a write failure (disk full, read-only): the caller
-** logs once and keeps the kernel in memory. */
+/* Enter a compiled kernel: the artifact written at tmp_so is checked (a
+** regular file), checksummed, renamed to its content name, and the meta
+** (from *m: fill everything but key/artifact/checksum/bytes/created/
+** last_used/hits) written atomically. Then the store is trimmed to
+** TC_CACHE_MAX_MB if set. Returns 0, or -1 on a refused artifact or a
+** write failure (disk full, read-only, no permission): tmp_so is gone
+** either way and no temporary is left behind; the caller logs once and
+** keeps the kernel in memory. */
 int store_put(const char *key, const char *tmp_so, const store_meta *m);
 
 /* -- Maintenance (tc-dump) --------------------------------------------------- */
@@ -110,10 +118,12 @@ typedef int (*store_visit_fn)(void *ctx, const char *meta_path,
                               const store_meta *m);
 int store_each(store_visit_fn fn, void *ctx);
 
-/* Check every entry (meta parses, artifact present, checksum, ownership,
-** permissions); remove bad ones and orphaned artifacts and temporaries.
-** Reports one line per problem to `report` (may be NULL). Returns the
-** number of problems found, or -1. */
+/* Check every entry as store_get does (and remove unsafe ones too, since
+** this is explicit); remove bad ones, names that are not regular files
+** (unlinked, never opened), orphaned artifacts and stale temporaries.
+** Reports one line per problem to `report` (may be NULL), saying whether
+** it was removed. Returns the number of problems found, or -1 when the
+** store cannot be read. */
 int store_verify(FILE *report);
 
 /* Evict least recently used entries until the store holds at most

@@ -80,6 +80,37 @@ TC_CACHE_MAX_MB=0 "$populate" --populate "$dir" 2 >/dev/null 2>&1
 check "TC_CACHE_MAX_MB caps puts" 0 "$dump" stats
 has "nothing kept under a 0 MiB cap" '^entries: +0$'
 
+# -- Names that are not regular files: never opened (no hang), reported,
+# removed. `timeout` turns a hang into exit status 124.
+"$populate" --populate "$dir" 4
+metas=($(find "$dir/v1" -name '*.meta' | sort))
+sos=($(find "$dir/v1" -name '*.so' | sort))
+rm "${metas[0]}" && mkfifo "${metas[0]}"
+check "list with a FIFO as a meta does not hang" 1 timeout 10 "$dump" list
+has "list reports the FIFO entry" 'unreadable metadata'
+art1=$(sed -n 's/^artifact: //p' "${metas[1]}")
+rm "$dir/v1/$(basename "$(dirname "${metas[1]}")")/$art1"
+mkfifo "$dir/v1/$(basename "$(dirname "${metas[1]}")")/$art1"
+art2=$(sed -n 's/^artifact: //p' "${metas[2]}")
+a2="$(dirname "${metas[2]}")/$art2"
+cp "$a2" "$dir/elsewhere.so" && rm "$a2" && ln -s "$dir/elsewhere.so" "$a2"
+k3="$(dirname "${metas[3]}")/ffffffffffffffffffffffffffffffff.meta"
+mkdir "$k3"
+check "verify with FIFOs, a link and a directory does not hang" 1 \
+  timeout 10 "$dump" verify
+has "verify reports the FIFO meta" 'meta is a FIFO: removed'
+has "verify reports the FIFO artifact" 'artifact is a FIFO: removed'
+has "verify reports the symbolic link" 'artifact is a symbolic link: removed'
+has "verify reports the directory" 'meta is a directory: removed'
+has "verify counts 4 problems" '^4 problems found and removed; 1 good entries$'
+for f in "${metas[0]}" "${metas[1]}" "${metas[2]}" "$a2" "$k3"; do
+  [ -e "$f" ] || [ -L "$f" ] && bad "verify left $f" || ok "verify removed ${f##*/}"
+done
+[ -f "$dir/elsewhere.so" ] && ok "the link's target is untouched" ||
+  bad "the link's target was removed"
+check "verify after that is clean" 0 "$dump" verify
+has "one good entry" '^ok: 1 entries verified$'
+
 "$populate" --populate "$dir" 3
 check "clear" 0 "$dump" clear
 has "clear counts entries" 'removed 3 entries'

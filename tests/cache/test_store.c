@@ -1,9 +1,10 @@
 /*
 ** test_store.c -- the on-disk kernel store on its own (store.h): round
-** trips, every kind of damage, unsafe permissions, write failures, several
-** processes at once, eviction, verify and clear. Each test gets a fresh
-** mkdtemp() root. `test_store --populate DIR N` fills DIR with N fake
-** entries for tests/cache/test_dump.sh.
+** trips, every kind of damage, things that are not regular files, unsafe
+** permissions, write failures, several processes at once, eviction, verify
+** and clear. Each test gets a fresh mkdtemp() root. `test_store
+** --populate DIR N` fills DIR with N fake entries for
+** tests/cache/test_dump.sh.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -85,6 +86,19 @@ static void fill(char *buf, size_t n, int i)
     buf[j] = (char)(i * 31 + (int)(j * 7) + (int)(j >> 8));
 }
 
+static void meta_fields(store_meta *m, int i)
+{
+  snprintf(m->backend, sizeof m->backend, "cpu");
+  snprintf(m->target, sizeof m->target, "x86-64-v3");
+  snprintf(m->compiler, sizeof m->compiler, "libgccjit 12.2.0");
+  snprintf(m->kind, sizeof m->kind, i % 2 ? "rows" : "map");
+  snprintf(m->shape, sizeof m->shape, "[%d,4096] row 4096", i + 1);
+  m->instrs = 3 + i;
+  m->compile_ms = 50.25 + i;
+  m->source = (char *)src_text;
+  m->guards = "in0: f32 [4096] contiguous\n";
+}
+
 /* Put entry i with n bytes of content through the real path: tmp, put. */
 static int put_n(int i, size_t n)
 {
@@ -102,17 +116,9 @@ static int put_n(int i, size_t n)
   if (!ok)
     return -1;
   store_meta m = { 0 };
-  snprintf(m.backend, sizeof m.backend, "cpu");
-  snprintf(m.target, sizeof m.target, "x86-64-v3");
-  snprintf(m.compiler, sizeof m.compiler, "libgccjit 12.2.0");
-  snprintf(m.kind, sizeof m.kind, i % 2 ? "rows" : "map");
-  snprintf(m.shape, sizeof m.shape, "[%d,4096] row 4096", i + 1);
+  meta_fields(&m, i);
   snprintf(ir, sizeof ir, "kernel %d: y = x * 2", i);
-  m.instrs = 3 + i;
-  m.compile_ms = 50.25 + i;
   m.ir = ir;
-  m.source = (char *)src_text;
-  m.guards = "in0: f32 [4096] contiguous\n";
   return store_put(key, tmp, &m);
 }
 
@@ -747,6 +753,100 @@ static void test_store_each_clear(void **state)
   store_meta_free(&m);
 }
 
+/* -- Names that are not regular files --------------------------------------- */
+
+/* Any of these would hang a reader that opens it (a FIFO), or make it load
+** someone else's file (a link): store_get must refuse them at once, and
+** verify report and remove them, never opening them. */
+static void test_store_not_regular(void **state)
+{
+  (void)state;
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX], so[PATH_MAX], far[PATH_MAX];
+  store_meta m;
+  for (int i = 60; i < 66; i++)
+    assert_int_equal(put_one(i), 0);
+  alarm(20);                   /* a hang fails the test instead */
+  /* 60: a FIFO as the meta. */
+  key_for(60, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  assert_int_equal(unlink(meta), 0);
+  assert_int_equal(mkfifo(meta, 0600), 0);
+  expect_removed(60, "meta is a FIFO");
+  /* 61: a FIFO as the artifact. */
+  art_of(61, so, sizeof so);
+  assert_int_equal(unlink(so), 0);
+  assert_int_equal(mkfifo(so, 0600), 0);
+  expect_removed(61, "artifact is a FIFO");
+  assert_false(exists(so));
+  /* 62: the artifact a link to a valid copy of itself elsewhere. */
+  art_of(62, so, sizeof so);
+  snprintf(far, sizeof far, "%s/elsewhere.so", root);
+  assert_int_equal(rename(so, far), 0);
+  assert_int_equal(symlink(far, so), 0);
+  expect_removed(62, "artifact is a symbolic link");
+  assert_false(exists(so));
+  assert_true(exists(far));    /* the link went, never its target */
+  /* 63: a directory named like the meta. */
+  key_for(63, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  assert_int_equal(unlink(meta), 0);
+  assert_int_equal(mkdir(meta, 0700), 0);
+  expect_removed(63, "meta is a directory");
+  /* 64, 65: the same four kinds, now for verify (and the tools' walk). */
+  key_for(64, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  assert_int_equal(unlink(meta), 0);
+  assert_int_equal(mkfifo(meta, 0600), 0);
+  char linkname[PATH_MAX];
+  art_of(65, so, sizeof so);
+  snprintf(linkname, sizeof linkname, "%s", so);
+  assert_int_equal(unlink(so), 0);
+  assert_int_equal(symlink(far, so), 0);
+  int c[2] = { 0, 0 };
+  assert_int_equal(store_each(count_visit, c), 2);
+  assert_int_equal(c[1], 1);   /* the FIFO meta: passed as unreadable */
+  char *rep = NULL;
+  size_t len;
+  FILE *f = open_memstream(&rep, &len);
+  assert_int_equal(store_verify(f), 2);
+  fclose(f);
+  assert_non_null(strstr(rep, "meta is a FIFO: removed"));
+  assert_non_null(strstr(rep, "artifact is a symbolic link: removed"));
+  free(rep);
+  assert_false(exists(meta));
+  assert_false(exists(linkname));
+  assert_true(exists(far));
+  assert_int_equal(store_verify(NULL), 0);
+  /* A FIFO where a temporary goes, young or not, is not a put in flight. */
+  snprintf(meta, sizeof meta, "%s/%.2s/.tmp-1-2-fifo", store_root(), key);
+  assert_int_equal(mkfifo(meta, 0600), 0);
+  assert_int_equal(store_verify(NULL), 1);
+  assert_false(exists(meta));
+  /* A key directory that is a link to a private directory elsewhere: not
+  ** used for reading or writing. */
+  char kdir[PATH_MAX], moved[PATH_MAX];
+  assert_int_equal(put_one(66), 0);
+  key_for(66, key);
+  snprintf(kdir, sizeof kdir, "%s/%.2s", store_root(), key);
+  snprintf(moved, sizeof moved, "%s/moved", root);
+  assert_int_equal(rename(kdir, moved), 0);
+  assert_int_equal(symlink(moved, kdir), 0);
+  assert_int_equal(get_i(66, &m, so, sizeof so), -1);
+  assert_int_equal(put_one(66), -1);
+  c[0] = c[1] = 0;
+  assert_int_equal(store_each(count_visit, c), 0);
+  assert_int_equal(store_verify(NULL), 1);   /* the link: removed */
+  assert_false(exists(kdir));
+  assert_true(exists(moved));
+  alarm(0);
+  /* And everything can be stored and loaded again. */
+  for (int i = 60; i < 67; i++) {
+    assert_int_equal(put_one(i), 0);
+    assert_int_equal(get_i(i, &m, so, sizeof so), 0);
+    store_meta_free(&m);
+  }
+}
+
 /* -- Main ------------------------------------------------------------------ */
 
 /* `--populate DIR N`: N fake entries in DIR, for test_dump.sh. */
@@ -787,6 +887,7 @@ int main(int argc, char **argv)
     T(test_store_max_mb),
     T(test_store_verify),
     T(test_store_each_clear),
+    T(test_store_not_regular),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
