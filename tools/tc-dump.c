@@ -59,7 +59,7 @@ static const char help_text[] =
   "    verify  Check every entry as a program would before loading it\n"
   "            (regular files, owned by you and not writable by others,\n"
   "            metadata parses and names its own key, artifact of the\n"
-  "            recorded size and checksum);\n"
+  "            recorded size with its key-bound checksum and key marker);\n"
   "            report and remove bad entries, anything that is not a\n"
   "            regular file (a link, FIFO or directory: never opened),\n"
   "            orphaned artifacts and stale temporary files.\n"
@@ -83,9 +83,9 @@ static const char help_text[] =
   "    2  bad usage: unknown command, missing or extra arguments\n"
   "\n"
   "FILES\n"
-  "    <root>/v1/<kk>/<key>.meta        metadata of kernel <key>\n"
-  "    <root>/v1/<kk>/<key>-<sum>.so    its artifact; <sum> is the xxh3-128\n"
-  "                                     checksum of its bytes\n"
+  "    <root>/v2/<kk>/<key>.meta        metadata of kernel <key>\n"
+  "    <root>/v2/<kk>/<key>-<sum>.so    its artifact; <sum> is the xxh3-128\n"
+  "                                     checksum of <key> and its bytes\n"
   "    <kk> is the key's first two hex digits; every directory is mode\n"
   "    0700 and every file 0600.\n";
 

@@ -1,8 +1,8 @@
 /*
 ** store.c -- the on-disk kernel store (store.h): content-named artifacts,
 ** one .meta per key, every write a temp file renamed into place, and every
-** read checked (file types, ownership, permissions, size, checksum)
-** before use.
+** read checked (file types, ownership, permissions, size, key-bound
+** checksum, key marker) before use.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -27,10 +27,12 @@
 #define GRACE_S 60            /* orphans/temps younger than this may be a
                                  put in flight in another process */
 #define NOT_REG (-2)          /* open_reg: the name is not a regular file */
+#define MARKER_LEN (sizeof STORE_KEY_MARKER - 1 + STORE_KEY_LEN + 1)
 
 /* Recursive: put calls prune, and store_each callbacks may call back in. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-static char root_dir[PATH_MAX];   /* "<root>/v1"; empty when closed */
+static char root_dir[PATH_MAX];   /* "<root>/v2"; empty when closed */
+static bool marker_required = STORE_MARKER_REQUIRED;
 
 /* -- Small helpers --------------------------------------------------------- */
 
@@ -261,11 +263,64 @@ static int write_atomic(const char *dir, const char *dest, const char *data,
   return rc;
 }
 
-/* The checksum of an artifact: xxh3-128 of its bytes. */
-static void artifact_sum(const void *bytes, size_t n,
+/* The checksum of an artifact: xxh3-128 of its key's digits, then its
+** bytes. Binding the key in means a copy under another key fails. */
+static void artifact_sum(const char *key, const void *bytes, size_t n,
                          char sum[STORE_KEY_LEN + 1])
 {
-  hex128(XXH3_128bits(bytes, n), sum);
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);
+  XXH3_128bits_reset(&st);
+  XXH3_128bits_update(&st, key, STORE_KEY_LEN);
+  XXH3_128bits_update(&st, bytes, n);
+  hex128(XXH3_128bits_digest(&st), sum);
+}
+
+/* Is every key marker in the artifact this key's, and (when required) is
+** there one? NULL when so, else the reason in why. A "tc-kernel-key:" not
+** followed by 32 hex digits and a NUL is not a marker (just bytes). */
+static const char *marker_problem(const char *bytes, size_t n,
+                                  const char *key, char *why, size_t wlen)
+{
+  const size_t plen = sizeof STORE_KEY_MARKER - 1;
+  bool found = false;
+  for (const char *p = bytes, *end = bytes + n;
+       (p = memmem(p, (size_t)(end - p), STORE_KEY_MARKER, plen));
+       p += plen) {
+    if ((size_t)(end - p) < MARKER_LEN || p[MARKER_LEN - 1] != '\0' ||
+        !is_hex(p + plen, STORE_KEY_LEN))
+      continue;
+    if (memcmp(p + plen, key, STORE_KEY_LEN) != 0) {
+      snprintf(why, wlen, "artifact carries the key marker of kernel %.32s",
+               p + plen);
+      return why;
+    }
+    found = true;
+  }
+  if (!found && marker_required) {
+    snprintf(why, wlen, "artifact carries no key marker");
+    return why;
+  }
+  return NULL;
+}
+
+bool store_artifact_has_key(const void *bytes, size_t n, const char *key)
+{
+  char want[MARKER_LEN];
+  if (!bytes || !key || !is_hex(key, STORE_KEY_LEN))
+    return false;
+  memcpy(want, STORE_KEY_MARKER, sizeof STORE_KEY_MARKER - 1);
+  memcpy(want + sizeof STORE_KEY_MARKER - 1, key, STORE_KEY_LEN + 1);
+  return memmem(bytes, n, want, sizeof want) != NULL;
+}
+
+bool store_require_marker(bool on)
+{
+  pthread_mutex_lock(&mu);
+  bool was = marker_required;
+  marker_required = on;
+  pthread_mutex_unlock(&mu);
+  return was;
 }
 
 /* Remove path, but only if it is still the file we judged (st): another
@@ -523,15 +578,15 @@ typedef enum {
                   regular file: remove it */
   E_MISSING,   /* artifact gone: remove the meta */
   E_BADART,    /* artifact ours but not a regular file, or of the wrong
-                  size or checksum: remove both */
+                  size, checksum or key marker: remove both */
   E_UNSAFE     /* not ours or writable by others: never load */
 } entry_status;
 
 /* Verify the entry for key in dir: meta parses and is for this key, the
-** artifact is a private regular file of the recorded size and checksum.
-** On E_OK *m is filled (caller frees); mst and ast are the meta and
-** artifact files judged, art the artifact's name ("" if the meta is bad).
-*/
+** artifact is a private regular file of the recorded size, key-bound
+** checksum and key marker. On E_OK *m is filled (caller frees); mst and
+** ast are the meta and artifact files judged, art the artifact's name (""
+** if the meta is bad). */
 static entry_status entry_check(const char *dir, const char *key,
                                 store_meta *m, struct stat *mst,
                                 struct stat *ast, char art[128], char *why,
@@ -587,11 +642,11 @@ static entry_status entry_check(const char *dir, const char *key,
              (long long)ast->st_size, m->bytes);
   } else if (!(bytes = read_all(fd, (size_t)m->bytes))) {
     snprintf(why, wlen, "artifact unreadable");
-  } else if (artifact_sum(bytes, (size_t)m->bytes, sum),
+  } else if (artifact_sum(key, bytes, (size_t)m->bytes, sum),
              strcmp(sum, m->checksum) != 0) {
     snprintf(why, wlen, "artifact checksum %s, meta says %s", sum,
              m->checksum);
-  } else {
+  } else if (!marker_problem(bytes, (size_t)m->bytes, key, why, wlen)) {
     rc = E_OK;
   }
   free(bytes);
@@ -674,7 +729,7 @@ int store_open(const char *root, char *why, size_t wlen)
     root = base;
   }
   struct stat st;
-  if (fmt(dir, sizeof dir, "%s/v1", root) < 0) {
+  if (fmt(dir, sizeof dir, "%s/" STORE_LAYOUT, root) < 0) {
     snprintf(why, wlen, "cache path too long");
     return -1;
   }
@@ -824,6 +879,7 @@ static int copy_in(const char *bytes, size_t n, const char *dir, char *tmp,
 int store_put(const char *key, const char *tmp_so, const store_meta *m)
 {
   char dir[PATH_MAX], art[PATH_MAX], mpath[PATH_MAX], copy[PATH_MAX] = "";
+  char why[128];
   if (!tmp_so || !m)
     return -1;
   store_meta e = *m;           /* shallow: the texts stay the caller's */
@@ -834,13 +890,18 @@ int store_put(const char *key, const char *tmp_so, const store_meta *m)
   pthread_mutex_lock(&mu);
   if (key_dir_make(key, dir, sizeof dir) < 0)
     goto out;
-  /* The artifact: a private regular file, then named by its content. */
+  /* The artifact: a private regular file, bound to this key, then named
+  ** by its checksum. */
   fd = open_reg(tmp_so, &st);
   if (fd < 0 || (uint64_t)st.st_size > STORE_ARTIFACT_MAX ||
       fchmod(fd, 0600) < 0 || !(bytes = read_all(fd, (size_t)st.st_size)))
     goto out;
   e.bytes = (uint64_t)st.st_size;
-  artifact_sum(bytes, (size_t)e.bytes, e.checksum);
+  if (marker_problem(bytes, (size_t)e.bytes, key, why, sizeof why)) {
+    logc("kernel %.12s: %s; not stored", key, why);
+    goto out;
+  }
+  artifact_sum(key, bytes, (size_t)e.bytes, e.checksum);
   memcpy(e.key, key, STORE_KEY_LEN + 1);
   snprintf(e.artifact, sizeof e.artifact, "%s-%s.so", key, e.checksum);
   if (fmt(art, sizeof art, "%s/%s", dir, e.artifact) < 0 ||

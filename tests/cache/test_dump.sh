@@ -55,11 +55,11 @@ check "show without a prefix" 2 "$dump" show
 
 check "stats" 0 "$dump" stats
 has "stats counts entries" '^entries: +5$'
-has "stats names the root" "^root: +$dir/v1$"
+has "stats names the root" "^root: +$dir/v2$"
 has "stats sums bytes" '^bytes: +5010 '
 
 check "verify a good store" 0 "$dump" verify
-so=$(find "$dir/v1" -name '*.so' | head -n 1)
+so=$(find "$dir/v2" -name '*.so' | head -n 1)
 truncate -s 10 "$so"
 check "verify finds a truncated artifact" 1 "$dump" verify
 has "verify reports it" 'meta says'
@@ -83,14 +83,14 @@ has "nothing kept under a 0 MiB cap" '^entries: +0$'
 # -- Names that are not regular files: never opened (no hang), reported,
 # removed. `timeout` turns a hang into exit status 124.
 "$populate" --populate "$dir" 4
-metas=($(find "$dir/v1" -name '*.meta' | sort))
-sos=($(find "$dir/v1" -name '*.so' | sort))
+metas=($(find "$dir/v2" -name '*.meta' | sort))
+sos=($(find "$dir/v2" -name '*.so' | sort))
 rm "${metas[0]}" && mkfifo "${metas[0]}"
 check "list with a FIFO as a meta does not hang" 1 timeout 10 "$dump" list
 has "list reports the FIFO entry" 'unreadable metadata'
 art1=$(sed -n 's/^artifact: //p' "${metas[1]}")
-rm "$dir/v1/$(basename "$(dirname "${metas[1]}")")/$art1"
-mkfifo "$dir/v1/$(basename "$(dirname "${metas[1]}")")/$art1"
+rm "$dir/v2/$(basename "$(dirname "${metas[1]}")")/$art1"
+mkfifo "$dir/v2/$(basename "$(dirname "${metas[1]}")")/$art1"
 art2=$(sed -n 's/^artifact: //p' "${metas[2]}")
 a2="$(dirname "${metas[2]}")/$art2"
 cp "$a2" "$dir/elsewhere.so" && rm "$a2" && ln -s "$dir/elsewhere.so" "$a2"

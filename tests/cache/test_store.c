@@ -1,10 +1,11 @@
 /*
 ** test_store.c -- the on-disk kernel store on its own (store.h): round
-** trips, every kind of damage, things that are not regular files, unsafe
-** permissions, write failures, several processes at once, eviction, verify
-** and clear. Each test gets a fresh mkdtemp() root. `test_store
-** --populate DIR N` fills DIR with N fake entries for
-** tests/cache/test_dump.sh.
+** trips, every kind of damage, things that are not regular files, entries
+** moved under another key, unsafe permissions, write failures, several
+** processes at once, eviction, verify and clear. Each test gets a fresh
+** mkdtemp() root and runs with the key marker required (the codegen's
+** final state). `test_store --populate DIR N` fills DIR with N fake
+** entries for tests/cache/test_dump.sh.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -60,6 +61,7 @@ static int setup(void **state)
     return -1;
   char why[256];
   unsetenv("TC_CACHE_MAX_MB");
+  store_require_marker(true);
   return store_open(root, why, sizeof why);
 }
 
@@ -79,11 +81,38 @@ static void key_for(int i, char key[STORE_KEY_LEN + 1])
   store_key(ir, "cpu", "x86-64-v3", "libgccjit 12.2.0", key);
 }
 
-/* Deterministic artifact bytes for entry i (size n). */
-static void fill(char *buf, size_t n, int i)
+#define MARKER_LEN (sizeof STORE_KEY_MARKER - 1 + STORE_KEY_LEN + 1)
+
+/* Deterministic artifact bytes for entry i (size n); with a key, they
+** embed its marker as a compiled kernel does (when n has room). */
+static void fill_key(char *buf, size_t n, int i, const char *key)
 {
   for (size_t j = 0; j < n; j++)
     buf[j] = (char)(i * 31 + (int)(j * 7) + (int)(j >> 8));
+  if (key && n >= 2 * MARKER_LEN)
+    snprintf(buf + n / 2, MARKER_LEN, "%s%s", STORE_KEY_MARKER, key);
+}
+
+static void key_for(int i, char key[STORE_KEY_LEN + 1]);
+static void fill(char *buf, size_t n, int i)
+{
+  char key[STORE_KEY_LEN + 1];
+  key_for(i, key);
+  fill_key(buf, n, i, key);
+}
+
+/* The store's checksum: xxh3-128 of the key's digits, then the bytes. */
+static void sum_of(const char *key, const void *buf, size_t n,
+                   char out[STORE_KEY_LEN + 1])
+{
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  XXH3_128bits_update(st, key, STORE_KEY_LEN);
+  XXH3_128bits_update(st, buf, n);
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  snprintf(out, STORE_KEY_LEN + 1, "%016" PRIx64 "%016" PRIx64,
+           (uint64_t)h.high64, (uint64_t)h.low64);
 }
 
 static void meta_fields(store_meta *m, int i)
@@ -258,12 +287,12 @@ static void test_store_roundtrip(void **state)
   assert_string_equal(m.ir, "kernel 0: y = x * 2");
   assert_string_equal(m.source, src_text);
   assert_string_equal(m.guards, "in0: f32 [4096] contiguous\n");
-  /* The artifact: content-named, private, the bytes we wrote. */
+  /* The artifact: named by its key-bound checksum, private, the bytes we
+  ** wrote (with the key's marker). */
   char buf[1000];
   fill(buf, sizeof buf, 0);
-  XXH128_hash_t h = XXH3_128bits(buf, sizeof buf);
-  snprintf(want, sizeof want, "%016" PRIx64 "%016" PRIx64,
-           (uint64_t)h.high64, (uint64_t)h.low64);
+  assert_true(store_artifact_has_key(buf, sizeof buf, key));
+  sum_of(key, buf, sizeof buf, want);
   assert_string_equal(m.checksum, want);
   char name[128];
   snprintf(name, sizeof name, "/%s-%s.so", key, want);
@@ -313,12 +342,12 @@ static void test_store_open_env(void **state)
   assert_non_null(strstr(why, "TC_CACHE=0"));
   unsetenv("TC_CACHE");
   assert_int_equal(store_open(NULL, why, sizeof why), 0);
-  snprintf(want, sizeof want, "%s/v1", dir);
+  snprintf(want, sizeof want, "%s/" STORE_LAYOUT, dir);
   assert_string_equal(store_root(), want);
   unsetenv("TC_CACHE_DIR");
   setenv("XDG_CACHE_HOME", dir, 1);
   assert_int_equal(store_open(NULL, why, sizeof why), 0);
-  snprintf(want, sizeof want, "%s/tc/v1", dir);
+  snprintf(want, sizeof want, "%s/tc/" STORE_LAYOUT, dir);
   assert_string_equal(store_root(), want);
   unsetenv("XDG_CACHE_HOME");
   store_close();
@@ -508,7 +537,9 @@ static void test_store_write_fails(void **state)
                                                          : NULL;
     if (!f)
       _exit(2);                /* no cmocka asserts in a child */
-    fputs("0123456789", f);
+    char art[2 * MARKER_LEN];
+    fill_key(art, sizeof art, 9, key);
+    fwrite(art, 1, sizeof art, f);
     fclose(f);
     struct rlimit rl;
     getrlimit(RLIMIT_FSIZE, &rl);
@@ -600,7 +631,7 @@ static int child_put_or_get(int i)
       if (store_tmp_path(key, tmp, sizeof tmp) < 0)
         return 1;
       char buf[50000];
-      fill(buf, sizeof buf, 11 + (r + i) % 2);
+      fill_key(buf, sizeof buf, 11 + (r + i) % 2, key);
       FILE *f = fopen(tmp, "wb");
       fwrite(buf, 1, sizeof buf, f);
       fclose(f);
@@ -847,6 +878,145 @@ static void test_store_not_regular(void **state)
   }
 }
 
+/* -- Each artifact is tied to its key --------------------------------------- */
+
+static void test_store_marker_helper(void **state)
+{
+  (void)state;
+  char key[STORE_KEY_LEN + 1], other[STORE_KEY_LEN + 1], buf[300];
+  key_for(1, key);
+  key_for(2, other);
+  assert_string_equal(STORE_KEY_MARKER, "tc-kernel-key:");
+  fill_key(buf, sizeof buf, 1, key);
+  assert_true(store_artifact_has_key(buf, sizeof buf, key));
+  assert_false(store_artifact_has_key(buf, sizeof buf, other));
+  assert_false(store_artifact_has_key(buf, sizeof buf, "nothex"));
+  /* The NUL is part of it: a longer string is not this marker. */
+  char *at = memmem(buf, sizeof buf, STORE_KEY_MARKER, 14);
+  assert_non_null(at);
+  at[14 + STORE_KEY_LEN] = '0';
+  assert_false(store_artifact_has_key(buf, sizeof buf, key));
+  /* Right at the end of the bytes, and cut short by one. */
+  size_t n = (size_t)snprintf(buf, sizeof buf, "xx" STORE_KEY_MARKER "%s",
+                              key) + 1;
+  assert_true(store_artifact_has_key(buf, n, key));
+  assert_false(store_artifact_has_key(buf, n - 1, key));
+}
+
+/* Move entry `from` (meta and artifact) under key `to` as a person or a
+** buggy tool might: renamed files, the meta's lines rewritten (key and
+** artifact name; with resum, the checksum recomputed for the new key). */
+static void move_entry(int from, int to, bool rewrite_key, bool resum)
+{
+  char fkey[STORE_KEY_LEN + 1], tkey[STORE_KEY_LEN + 1];
+  char fmeta[PATH_MAX], tmeta[PATH_MAX], fso[PATH_MAX], tso[PATH_MAX + 80];
+  char sum[STORE_KEY_LEN + 1], line[4096];
+  key_for(from, fkey);
+  key_for(to, tkey);
+  path_of(fkey, ".meta", fmeta, sizeof fmeta);
+  path_of(tkey, ".meta", tmeta, sizeof tmeta);
+  art_of(from, fso, sizeof fso);
+  /* The artifact's bytes, to sum them for the new key. */
+  struct stat st;
+  assert_int_equal(stat(fso, &st), 0);
+  char *bytes = malloc((size_t)st.st_size);
+  FILE *f = fopen(fso, "rb");
+  assert_int_equal(fread(bytes, 1, (size_t)st.st_size, f), st.st_size);
+  fclose(f);
+  sum_of(tkey, bytes, (size_t)st.st_size, sum);
+  free(bytes);
+  const char *newsum = resum ? sum : strrchr(fso, '-') + 1;
+  const char *akey = rewrite_key ? tkey : fkey;   /* meta stays coherent */
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/%.2s", store_root(), tkey);
+  mkdir(dir, 0700);
+  snprintf(tso, sizeof tso, "%s/%s-%.32s.so", dir, akey, newsum);
+  assert_int_equal(rename(fso, tso), 0);
+  FILE *in = fopen(fmeta, "r"), *out = fopen(tmeta, "w");
+  assert_non_null(in);
+  assert_non_null(out);
+  bool header = true;
+  while (fgets(line, sizeof line, in)) {
+    if (header && strcmp(line, "\n") == 0)
+      header = false;
+    if (header && strncmp(line, "key: ", 5) == 0 && rewrite_key)
+      fprintf(out, "key: %s\n", tkey);
+    else if (header && strncmp(line, "artifact: ", 10) == 0)
+      fprintf(out, "artifact: %s-%.32s.so\n", akey, newsum);
+    else if (header && strncmp(line, "checksum: ", 10) == 0)
+      fprintf(out, "checksum: %.32s\n", newsum);
+    else
+      fputs(line, out);
+  }
+  fclose(in);
+  fclose(out);
+  chmod(tmeta, 0600);
+  assert_int_equal(unlink(fmeta), 0);
+}
+
+static void test_store_key_binding(void **state)
+{
+  (void)state;
+  store_meta m;
+  char so[PATH_MAX];
+  /* A copy under another key, names and key line made to fit: the
+  ** checksum binds the key, so it no longer matches. */
+  assert_int_equal(put_one(70), 0);
+  move_entry(70, 71, true, false);
+  expect_removed(71, "checksum");
+  /* The key line left as it was: the meta is for another key. */
+  assert_int_equal(put_one(72), 0);
+  move_entry(72, 73, false, false);
+  expect_removed(73, "meta is for key");
+  /* Checksum recomputed for the new key (a buggy writer, or a careful
+  ** person): the artifact still carries the old key's marker. */
+  assert_int_equal(put_one(74), 0);
+  move_entry(74, 75, true, true);
+  expect_removed(75, "key marker of kernel");
+  /* And a well-formed entry whose artifact has no marker at all: refused
+  ** while the marker is required, accepted before (the codegen that does
+  ** not embed one yet); store_put applies the same rule. */
+  char key[STORE_KEY_LEN + 1], tmp[PATH_MAX], buf[2000];
+  key_for(76, key);
+  fill_key(buf, sizeof buf, 76, NULL);
+  store_meta pm = { 0 };
+  meta_fields(&pm, 76);
+  assert_int_equal(store_tmp_path(key, tmp, sizeof tmp), 0);
+  FILE *f = fopen(tmp, "wb");
+  fwrite(buf, 1, sizeof buf, f);
+  fclose(f);
+  FILE *lf = log_start();
+  assert_int_equal(store_put(key, tmp, &pm), -1);
+  log_expect(lf, "no key marker; not stored");
+  assert_false(exists(tmp));
+  store_require_marker(false);
+  assert_int_equal(store_tmp_path(key, tmp, sizeof tmp), 0);
+  f = fopen(tmp, "wb");
+  fwrite(buf, 1, sizeof buf, f);
+  fclose(f);
+  assert_int_equal(store_put(key, tmp, &pm), 0);
+  assert_int_equal(get_i(76, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  store_require_marker(true);
+  expect_removed(76, "no key marker");
+  /* Another key's marker is refused whatever the setting, by put too. */
+  store_require_marker(false);
+  char okey[STORE_KEY_LEN + 1];
+  key_for(77, okey);
+  fill_key(buf, sizeof buf, 76, okey);
+  assert_int_equal(store_tmp_path(key, tmp, sizeof tmp), 0);
+  f = fopen(tmp, "wb");
+  fwrite(buf, 1, sizeof buf, f);
+  fclose(f);
+  lf = log_start();
+  assert_int_equal(store_put(key, tmp, &pm), -1);
+  log_expect(lf, "key marker of kernel");
+  store_require_marker(true);
+  int metas, sos, tmps;
+  count_files(key, &metas, &sos, &tmps);
+  assert_int_equal(metas + sos + tmps, 0);
+}
+
 /* -- Main ------------------------------------------------------------------ */
 
 /* `--populate DIR N`: N fake entries in DIR, for test_dump.sh. */
@@ -888,6 +1058,8 @@ int main(int argc, char **argv)
     T(test_store_verify),
     T(test_store_each_clear),
     T(test_store_not_regular),
+    T(test_store_marker_helper),
+    T(test_store_key_binding),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
