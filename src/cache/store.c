@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -392,19 +393,23 @@ void store_meta_free(store_meta *m)
   m->ir = m->source = m->guards = NULL;
 }
 
-/* ORDER META_FIELDS: meta_format and meta_field write/read the same names. */
+/* ORDER META_FIELDS: meta_format writes the names META_FIELDS lists, which
+** meta_parse requires. */
 static char *meta_format(const store_meta *m, size_t *n)
 {
   char *buf = NULL;
   FILE *f = open_memstream(&buf, n);
   if (!f)
     return NULL;
-  /* A value is one line: a stray newline in one would end the header. */
+  /* A value is one line of printable text: a control character (a
+  ** newline would end the header) becomes a space. Each field is a
+  ** bounded array, so no line exceeds STORE_LINE_MAX. */
 #define STR(name)                                                          \
   do {                                                                     \
     fputs(#name ": ", f);                                                  \
-    for (const char *p = m->name; *p; p++)                                 \
-      fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);                       \
+    for (const char *p = m->name; p < m->name + sizeof m->name - 1 && *p;  \
+         p++)                                                              \
+      fputc((unsigned char)*p < 0x20 || *p == 0x7f ? ' ' : *p, f);         \
     fputc('\n', f);                                                        \
   } while (0)
   STR(key); STR(artifact); STR(checksum);
@@ -429,75 +434,122 @@ static char *meta_format(const store_meta *m, size_t *n)
   return buf;
 }
 
-static int num_u64(const char *v, uint64_t *out)
+/* A whole decimal number in [lo, hi]. */
+static int num_i64(const char *v, int64_t lo, int64_t hi, int64_t *out)
 {
   char *end;
   errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || end == v || *end || *v == '-')
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
     return -1;
   *out = x;
   return 0;
 }
 
-/* One "name: value" header line into m; -1 when the value is malformed. */
-static int meta_field(store_meta *m, const char *name, const char *v)
+static int num_u64(const char *v, uint64_t *out)
 {
-#define STR(f)                                                             \
-  if (strcmp(name, #f) == 0) {                                             \
-    snprintf(m->f, sizeof m->f, "%s", v);                                  \
-    return 0;                                                              \
-  }
-  STR(backend) STR(target) STR(compiler) STR(codegen) STR(kind) STR(shape)
-#undef STR
-  if (strcmp(name, "key") == 0 || strcmp(name, "checksum") == 0) {
-    if (!is_hex(v, STORE_KEY_LEN))
-      return -1;
-    memcpy(name[0] == 'k' ? m->key : m->checksum, v, STORE_KEY_LEN + 1);
-  } else if (strcmp(name, "artifact") == 0) {
-    if (fmt(m->artifact, sizeof m->artifact, "%s", v) < 0)
-      return -1;
-  } else if (strcmp(name, "bytes") == 0 || strcmp(name, "hits") == 0) {
-    if (num_u64(v, name[0] == 'b' ? &m->bytes : &m->hits) < 0)
-      return -1;
-  } else if (strcmp(name, "instrs") == 0 || strcmp(name, "created") == 0 ||
-             strcmp(name, "last_used") == 0) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end)
-      return -1;
-    if (name[0] == 'i')
-      m->instrs = x > INT_MAX || x < 0 ? -1 : (int)x;
-    else
-      *(name[0] == 'c' ? &m->created : &m->last_used) = x;
-  } else if (strcmp(name, "compile_ms") == 0) {
-    char *end;
-    m->compile_ms = strtod(v, &end);
-    if (end == v || *end)
-      return -1;
-  }
-  return 0;                    /* unknown names: a newer writer's; ignored */
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ')
+    return -1;
+  *out = x;
+  return 0;
 }
 
-/* Parse a whole .meta (text is modified). -1 unless it is well formed and
-** names the one artifact its key and checksum allow. */
+/* ORDER META_FIELDS. Each header name, and its bit in meta_parse's mask. */
+#define META_FIELDS(X)                                                     \
+  X(KEY, key) X(ARTIFACT, artifact) X(CHECKSUM, checksum) X(BYTES, bytes)   \
+  X(BACKEND, backend) X(TARGET, target) X(COMPILER, compiler)              \
+  X(CODEGEN, codegen) X(KIND, kind) X(SHAPE, shape) X(INSTRS, instrs)      \
+  X(COMPILE_MS, compile_ms)                                                \
+  X(CREATED, created) X(LAST_USED, last_used) X(HITS, hits)
+enum {
+#define X(id, name) F_##id,
+  META_FIELDS(X)
+#undef X
+  NFIELDS
+};
+static const char *const field_name[NFIELDS] = {
+#define X(id, name) #name,
+  META_FIELDS(X)
+#undef X
+};
+#define TIME_MAX ((int64_t)1 << 40)   /* seconds: about 35000 years */
+#define INSTRS_MAX (1 << 20)          /* far above any kernel IR */
+
+/* One header line's value into m; -1 when it is malformed or absurd. */
+static int meta_field(store_meta *m, int f, const char *v)
+{
+  int64_t x;
+  switch (f) {
+#define STR(id, name)                                                      \
+  case F_##id:                                                             \
+    return fmt(m->name, sizeof m->name, "%s", v);
+  STR(ARTIFACT, artifact) STR(BACKEND, backend) STR(TARGET, target)
+  STR(COMPILER, compiler) STR(CODEGEN, codegen) STR(KIND, kind)
+  STR(SHAPE, shape)
+#undef STR
+  case F_KEY:
+  case F_CHECKSUM:
+    if (!is_hex(v, STORE_KEY_LEN))
+      return -1;
+    memcpy(f == F_KEY ? m->key : m->checksum, v, STORE_KEY_LEN + 1);
+    return 0;
+  case F_BYTES:
+    return num_u64(v, &m->bytes) < 0 || m->bytes > STORE_ARTIFACT_MAX ? -1
+                                                                     : 0;
+  case F_INSTRS:
+    if (num_i64(v, 0, INSTRS_MAX, &x) < 0)
+      return -1;
+    m->instrs = (int)x;
+    return 0;
+  case F_COMPILE_MS: {
+    char *end;
+    errno = 0;
+    m->compile_ms = strtod(v, &end);
+    return errno || end == v || *end || !isfinite(m->compile_ms) ||
+           m->compile_ms < 0 || m->compile_ms > 1e9 ? -1 : 0;
+  }
+  case F_CREATED:
+    return num_i64(v, 0, TIME_MAX, &m->created);
+  case F_LAST_USED:
+    return num_i64(v, 0, TIME_MAX, &m->last_used);
+  case F_HITS:
+    return num_u64(v, &m->hits);
+  }
+  return -1;
+}
+
+/* Parse a whole .meta (text is modified). -1 unless it is well formed:
+** every line bounded and printable, every field present once and sane,
+** and the artifact the one name its key and checksum allow. */
 static int meta_parse(char *text, store_meta *m)
 {
   memset(m, 0, sizeof *m);
-  bool seen_bytes = false;
+  unsigned seen = 0;
   char *line = text, *nl;
   for (; (nl = strchr(line, '\n')) && nl != line; line = nl + 1) {
+    if (nl - line >= STORE_LINE_MAX)
+      return -1;
     *nl = '\0';
+    for (const char *p = line; *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f)
+        return -1;
     char *colon = strstr(line, ": ");
     if (!colon)
       return -1;
     *colon = '\0';
-    if (meta_field(m, line, colon + 2) < 0)
+    int f = 0;
+    while (f < NFIELDS && strcmp(line, field_name[f]) != 0)
+      f++;
+    if (f == NFIELDS)
+      continue;                /* a newer writer's field: ignored */
+    if (seen & (1u << f) || meta_field(m, f, colon + 2) < 0)
       return -1;
-    seen_bytes |= strcmp(line, "bytes") == 0;
+    seen |= 1u << f;
   }
-  if (!nl || !m->key[0] || !m->checksum[0] || !seen_bytes)
+  if (!nl || seen != (1u << NFIELDS) - 1)
     return -1;
   /* The artifact name is derived, never trusted: no "../" can get in. */
   char want[sizeof m->artifact];
@@ -923,6 +975,10 @@ int store_put(const char *key, const char *tmp_so, const store_meta *m)
     snprintf(e.codegen, sizeof e.codegen, "%s", STORE_CODEGEN_VERSION);
   e.created = e.last_used = (int64_t)time(NULL);
   e.hits = 0;
+  if (e.instrs < 0 || e.instrs > INSTRS_MAX)
+    e.instrs = 0;
+  if (!isfinite(e.compile_ms) || e.compile_ms < 0 || e.compile_ms > 1e9)
+    e.compile_ms = 0;
   if (!(text = meta_format(&e, &n)) ||
       write_atomic(dir, mpath, text, n) < 0) {
     /* Leave the artifact only if a meta (another process's) names it. */

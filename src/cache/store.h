@@ -26,12 +26,13 @@
 ** (not a link), owned by this user and not writable by group or others;
 ** the meta and the artifact are regular files (never a link, FIFO, device
 ** or directory: such names are judged by lstat and never opened) with the
-** same ownership and modes; the meta parses and its key is the key of its
-** file name; the artifact has the recorded size and key-bound checksum
-** and carries the key marker (below). A truncated, corrupted, mismatched
-** or wrong-typed entry is removed (with one log line) and the caller
-** compiles again; one owned by someone else or writable by others is left
-** alone and not loaded.
+** same ownership and modes; the meta parses (bounded lines and numbers,
+** every field present) and its key is the key of its file name; the
+** artifact has the recorded size and key-bound checksum and carries the
+** key marker (below). A truncated, corrupted, mismatched or wrong-typed
+** entry is removed (with one log line) and the caller compiles again; one
+** owned by someone else or writable by others is left alone and not
+** loaded.
 **
 ** The key marker: from codegen tc-kir-3 on, every artifact embeds the
 ** NUL-terminated string STORE_KEY_MARKER followed by its 32-digit key (the
@@ -43,9 +44,11 @@
 **
 ** The .meta format: "name: value" lines up to a blank line, then sections
 ** "--- ir ---", "--- source ---", "--- guards ---" each running to the
-** next section line or the end. Names: key, artifact, checksum (hex),
-** bytes, backend, target, compiler, codegen, kind, shape, instrs,
-** compile_ms, created, last_used (unix seconds), hits.
+** next section line or the end. Names (every one required, each once; a
+** line at most STORE_LINE_MAX bytes, no control characters): key,
+** artifact, checksum (hex), bytes, backend, target, compiler, codegen,
+** kind, shape, instrs, compile_ms, created, last_used (unix seconds),
+** hits. Unknown names (a newer writer's) are ignored.
 */
 #ifndef TC_STORE_H
 #define TC_STORE_H
@@ -71,6 +74,8 @@
 #ifndef STORE_MARKER_REQUIRED
 #define STORE_MARKER_REQUIRED 0
 #endif
+#define STORE_LINE_MAX 4096       /* longest meta header line, newline and
+                                     all */
 #define STORE_ARTIFACT_MAX (256u << 20)   /* a bigger artifact is not ours */
 
 typedef struct {

@@ -1,11 +1,11 @@
 /*
 ** test_store.c -- the on-disk kernel store on its own (store.h): round
 ** trips, every kind of damage, things that are not regular files, entries
-** moved under another key, unsafe permissions, write failures, several
-** processes at once, eviction, verify and clear. Each test gets a fresh
-** mkdtemp() root and runs with the key marker required (the codegen's
-** final state). `test_store --populate DIR N` fills DIR with N fake
-** entries for tests/cache/test_dump.sh.
+** moved under another key, hostile metadata, unsafe permissions, write
+** failures, several processes at once, eviction, verify and clear. Each
+** test gets a fresh mkdtemp() root and runs with the key marker required
+** (the codegen's final state). `test_store --populate DIR N` fills DIR
+** with N fake entries for tests/cache/test_dump.sh.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -411,6 +411,20 @@ static void write_meta(int i, const char *text)
   chmod(meta, 0600);
 }
 
+static void copy_file(const char *from, const char *to)
+{
+  char buf[1 << 16];
+  FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+  assert_non_null(in);
+  assert_non_null(out);
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+    assert_int_equal(fwrite(buf, 1, n, out), n);
+  fclose(in);
+  assert_int_equal(fclose(out), 0);
+  chmod(to, 0600);
+}
+
 static void test_store_garbage_meta(void **state)
 {
   (void)state;
@@ -430,11 +444,13 @@ static void test_store_garbage_meta(void **state)
   snprintf(text, sizeof text, "key: %s\nartifact: %s-", key, key);
   write_meta(4, text);
   expect_removed(4, "malformed");
-  char other[STORE_KEY_LEN + 1];
-  key_for(5, other);
-  snprintf(text, sizeof text, "key: %s\nartifact: %s-%032d.so\n"
-           "checksum: %032d\nbytes: 1\n\n", other, other, 0, 0);
-  write_meta(4, text);
+  /* Another key's whole, valid meta copied over this one. */
+  char okey[STORE_KEY_LEN + 1], other[PATH_MAX], meta[PATH_MAX];
+  assert_int_equal(put_one(5), 0);
+  key_for(5, okey);
+  path_of(okey, ".meta", other, sizeof other);
+  path_of(key, ".meta", meta, sizeof meta);
+  copy_file(other, meta);
   expect_removed(4, "meta is for key");
 }
 
@@ -1017,6 +1033,112 @@ static void test_store_key_binding(void **state)
   assert_int_equal(metas + sos + tmps, 0);
 }
 
+/* -- Hostile metadata --------------------------------------------------------- */
+
+/* Rewrite entry i's meta, replacing the header line that starts with
+** `name: ` by `repl` (a whole line, or "" to drop it; NULL appends repl
+** to the header). */
+static void edit_meta(int i, const char *name, const char *repl)
+{
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX];
+  key_for(i, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  FILE *f = fopen(meta, "rb");
+  assert_non_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  ssize_t n = getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  assert_true(n > 0);
+  char *out = NULL;
+  size_t olen;
+  FILE *o = open_memstream(&out, &olen);
+  char *line = text, *nl;
+  size_t nlen = name ? strlen(name) : 0;
+  bool header = true;
+  for (; (nl = strchr(line, '\n')); line = nl + 1) {
+    if (header && nl == line) {
+      if (!name)
+        fputs(repl, o);
+      header = false;
+    }
+    if (header && name && strncmp(line, name, nlen) == 0 &&
+        line[nlen] == ':')
+      fputs(repl, o);
+    else
+      fwrite(line, 1, (size_t)(nl - line) + 1, o);
+  }
+  fputs(line, o);
+  fclose(o);
+  free(text);
+  f = fopen(meta, "wb");
+  fwrite(out, 1, olen, f);
+  fclose(f);
+  free(out);
+}
+
+static void test_store_hostile_meta(void **state)
+{
+  (void)state;
+  static const struct { const char *name, *repl; } cases[] = {
+    { "bytes", "bytes: 99999999999999999999999\n" },     /* overflows */
+    { "bytes", "bytes: 1000000000000\n" },               /* absurd */
+    { "bytes", "bytes: -1\n" },
+    { "instrs", "instrs: -5\n" },
+    { "instrs", "instrs: 4000000000\n" },
+    { "compile_ms", "compile_ms: nan\n" },
+    { "compile_ms", "compile_ms: inf\n" },
+    { "compile_ms", "compile_ms: -3\n" },
+    { "created", "created: -1\n" },
+    { "last_used", "last_used: 99999999999999999\n" },
+    { "hits", "hits: many\n" },
+    { "kind", "kind: map\033[2J\n" },                    /* a control char */
+    { "hits", "" },                                      /* missing */
+    { "backend", "" },
+    { "codegen", "" },
+    { NULL, "hits: 3\n" },                               /* twice */
+    { "shape", NULL },                                   /* too long */
+    { NULL, NULL },                                      /* huge line */
+  };
+  char *longv = malloc(STORE_LINE_MAX + 64);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int i = 80 + (int)c;
+    assert_int_equal(put_one(i), 0);
+    const char *repl = cases[c].repl;
+    if (!repl) {               /* a value longer than any field or line */
+      size_t n = cases[c].name ? 200 : STORE_LINE_MAX + 10;
+      int k = snprintf(longv, 64, "%s: ",
+                       cases[c].name ? cases[c].name : "comment");
+      memset(longv + k, 'z', n);
+      strcpy(longv + k + n, "\n");
+      repl = longv;
+    }
+    edit_meta(i, cases[c].name, repl);
+    expect_removed(i, "malformed");
+    assert_int_equal(put_one(i), 0);   /* and it is stored again */
+  }
+  free(longv);
+  /* An unknown field (a newer writer's) is fine. */
+  assert_int_equal(put_one(99), 0);
+  edit_meta(99, NULL, "future_field: whatever\n");
+  store_meta m;
+  char so[PATH_MAX];
+  assert_int_equal(get_i(99, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  /* A NUL inside the text, and a meta far larger than any of ours. */
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX];
+  key_for(99, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  FILE *f = fopen(meta, "r+b");
+  fseek(f, 10, SEEK_SET);
+  fputc('\0', f);
+  fclose(f);
+  expect_removed(99, "malformed");
+  assert_int_equal(put_one(99), 0);
+  assert_int_equal(truncate(meta, 17 << 20), 0);
+  expect_removed(99, "malformed");
+}
+
 /* -- Main ------------------------------------------------------------------ */
 
 /* `--populate DIR N`: N fake entries in DIR, for test_dump.sh. */
@@ -1060,6 +1182,7 @@ int main(int argc, char **argv)
     T(test_store_not_regular),
     T(test_store_marker_helper),
     T(test_store_key_binding),
+    T(test_store_hostile_meta),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
