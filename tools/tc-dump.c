@@ -55,7 +55,9 @@ static const char help_text[] =
   "            Every metadata field of the one kernel whose key starts\n"
   "            with KEY-PREFIX, then its IR, generated source and guards.\n"
   "            A prefix matching no kernel, or more than one, is an error.\n"
-  "    stats   Number of entries, artifact bytes, total hits, the root.\n"
+  "    stats   Number of entries, artifact bytes, bytes on disk (metadata,\n"
+  "            artifacts and temporary files: what the cap counts), total\n"
+  "            hits, the root.\n"
   "    verify  Check every entry as a program would before loading it\n"
   "            (regular files, owned by you and not writable by others,\n"
   "            metadata parses and names its own key, artifact of the\n"
@@ -64,8 +66,9 @@ static const char help_text[] =
   "            regular file (a link, FIFO or directory: never opened),\n"
   "            orphaned artifacts and stale temporary files.\n"
   "    prune [--max-mb N]\n"
-  "            Evict least recently used kernels until the artifacts take\n"
-  "            at most N MiB (default: TC_CACHE_MAX_MB, else 1024).\n"
+  "            Evict least recently used kernels until the store's files\n"
+  "            (every byte: metadata, artifacts, temporaries) take at most\n"
+  "            N MiB (default: TC_CACHE_MAX_MB, else 1024).\n"
   "    clear   Remove every kernel.\n"
   "\n"
   "ENVIRONMENT\n"
@@ -212,12 +215,15 @@ static int cmd_stats(void)
 {
   uint64_t entries, bytes, hits;
   store_totals(&entries, &bytes, &hits);
+  int64_t disk = store_size();
   printf("root:      %s\n", store_root());
   printf("entries:   %" PRIu64 "\n", entries);
   printf("bytes:     %" PRIu64 " (%.1f MiB)\n", bytes,
          (double)bytes / (1 << 20));
+  printf("on disk:   %" PRId64 " (%.1f MiB)\n", disk,
+         (double)disk / (1 << 20));
   printf("hits:      %" PRIu64 "\n", hits);
-  return 0;
+  return disk < 0 ? EXIT_PROBLEM : 0;
 }
 
 static int cmd_verify(void)
@@ -272,10 +278,11 @@ static int cmd_prune(int argc, char **argv)
     fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
     return EXIT_PROBLEM;
   }
-  uint64_t entries, bytes;
-  store_totals(&entries, &bytes, NULL);
-  printf("freed %" PRId64 " bytes; %" PRIu64 " entries, %" PRIu64
-         " bytes remain (cap %" PRIu64 " MiB)\n", freed, entries, bytes, mb);
+  uint64_t entries;
+  store_totals(&entries, NULL, NULL);
+  int64_t disk = store_size();
+  printf("freed %" PRId64 " bytes; %" PRIu64 " entries, %" PRId64
+         " bytes remain (cap %" PRIu64 " MiB)\n", freed, entries, disk, mb);
   return 0;
 }
 

@@ -1266,64 +1266,119 @@ int store_verify(FILE *report)
   return rc < 0 ? -1 : c.problems;
 }
 
-/* -- Eviction ------------------------------------------------------------- */
+/* -- Size and eviction ----------------------------------------------------- */
 
 typedef struct {
   char dir[PATH_MAX - 64];
   char key[STORE_KEY_LEN + 1];
   char artifact[128];
-  uint64_t bytes;
+  uint64_t bytes;              /* meta + artifact */
   int64_t last_used, created, mtime;
 } lru_item;
 
 typedef struct {
   lru_item *v;
   int n, cap;
-  uint64_t total;
+  uint64_t total;              /* every byte, evictable or not */
+  bool reap;                   /* remove stale temps and orphans */
+  bool collect;                /* gather entries for eviction */
 } lru_ctx;
 
+static uint64_t size_of(const char *dir, const char *name)
+{
+  char path[PATH_MAX];
+  struct stat st;
+  if (fmt(path, sizeof path, "%s/%s", dir, name) < 0 ||
+      lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+    return 0;
+  return (uint64_t)st.st_size;
+}
+
+/* Count every regular file in dir; with collect, list each good entry
+** (its meta and artifact bytes) for eviction; with reap, first remove the
+** stale temporaries and orphaned artifacts, which count for nothing. */
 static int lru_collect(void *ctx, const char *dir, char **names, int n,
                        const struct stat *dst)
 {
   lru_ctx *c = ctx;
   char key[STORE_KEY_LEN + 1], path[PATH_MAX];
   (void)dst;
+  if (n < 0)
+    return 0;
+  bool *used = calloc((size_t)n + 1, sizeof *used);
+  if (!used)
+    return -1;
   for (int i = 0; i < n; i++) {
     store_meta m;
     struct stat st;
-    if (is_temp(names[i]) &&
-        fmt(path, sizeof path, "%s/%s", dir, names[i]) == 0 &&
-        lstat(path, &st) == 0 && stale(&st))
-      unlink(path);            /* a crashed writer's leftovers */
     if (!meta_key(names[i], key) ||
         fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0 ||
         meta_load(path, &m, &st) != M_OK)
       continue;
-    if (c->n == c->cap) {
-      c->cap = c->cap ? 2 * c->cap : 64;
-      lru_item *nv = realloc(c->v, (size_t)c->cap * sizeof *nv);
-      if (!nv) {
-        store_meta_free(&m);
-        return -1;
+    char *const *hit = bsearch(&(const char *){ m.artifact }, names,
+                               (size_t)n, sizeof *names, cmp_str);
+    uint64_t abytes = 0;
+    if (hit) {
+      used[hit - names] = true;
+      abytes = size_of(dir, *hit);
+    }
+    used[i] = true;
+    uint64_t bytes = (uint64_t)st.st_size + abytes;
+    c->total += bytes;
+    if (c->collect) {
+      if (c->n == c->cap) {
+        int ncap = c->cap ? 2 * c->cap : 64;
+        lru_item *nv = realloc(c->v, (size_t)ncap * sizeof *nv);
+        if (!nv) {
+          store_meta_free(&m);
+          free(used);
+          return -1;
+        }
+        c->v = nv;
+        c->cap = ncap;
       }
-      c->v = nv;
+      lru_item *it = &c->v[c->n];
+      if (snprintf(it->dir, sizeof it->dir, "%s", dir) < (int)sizeof it->dir) {
+        c->n++;                /* (a path too long to evict by is skipped) */
+        memcpy(it->key, key, sizeof key);
+        snprintf(it->artifact, sizeof it->artifact, "%s", m.artifact);
+        it->bytes = bytes;
+        it->last_used = m.last_used;
+        it->created = m.created;
+        it->mtime = mtime_ns(&st);  /* sub-second order: hits rewrite it */
+      }
     }
-    lru_item *it = &c->v[c->n];
-    if (snprintf(it->dir, sizeof it->dir, "%s", dir) >= (int)sizeof it->dir) {
-      store_meta_free(&m);   /* a path too long to evict by: skip it */
-      continue;
-    }
-    c->n++;
-    memcpy(it->key, key, sizeof key);
-    snprintf(it->artifact, sizeof it->artifact, "%s", m.artifact);
-    it->bytes = m.bytes;
-    it->last_used = m.last_used;
-    it->created = m.created;
-    it->mtime = mtime_ns(&st);  /* sub-second order: hits rewrite the meta */
-    c->total += m.bytes;
     store_meta_free(&m);
   }
+  for (int i = 0; i < n; i++) {
+    struct stat st;
+    if (used[i] || fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0 ||
+        lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (c->reap && stale(&st) &&
+        (is_temp(names[i]) || is_artifact(names[i]))) {
+      char art[128] = "";
+      if (is_artifact(names[i])) {    /* named by a meta since the scan? */
+        memcpy(key, names[i], STORE_KEY_LEN);
+        key[STORE_KEY_LEN] = '\0';
+        artifact_of(dir, key, art, sizeof art);
+      }
+      if (strcmp(art, names[i]) != 0 && unlink(path) == 0)
+        continue;              /* a crashed writer's leftovers: gone */
+    }
+    c->total += (uint64_t)st.st_size;   /* temps in flight, bad metas... */
+  }
+  free(used);
   return 0;
+}
+
+int64_t store_size(void)
+{
+  lru_ctx c = { 0 };
+  pthread_mutex_lock(&mu);
+  int rc = each_dir(lru_collect, &c);
+  pthread_mutex_unlock(&mu);
+  return rc < 0 ? -1 : (int64_t)c.total;
 }
 
 /* Oldest first: last_used, then within its second the meta's mtime (every
@@ -1343,7 +1398,7 @@ static int cmp_lru(const void *a, const void *b)
 
 int64_t store_prune(uint64_t max_bytes)
 {
-  lru_ctx c = { 0 };
+  lru_ctx c = { .reap = true, .collect = true };
   int64_t freed = 0;
   char path[PATH_MAX];
   pthread_mutex_lock(&mu);

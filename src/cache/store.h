@@ -165,8 +165,10 @@ int store_each(store_visit_fn fn, void *ctx);
 ** store cannot be read. */
 int store_verify(FILE *report);
 
-/* Evict least recently used entries until the store holds at most
-** max_bytes of artifacts. Returns bytes freed, or -1. */
+/* Evict least recently used entries until the store's files (metas,
+** artifacts, temporaries: every byte, as store_size counts) take at most
+** max_bytes; stale temporaries and orphaned artifacts go first. Returns
+** bytes freed, or -1. */
 int64_t store_prune(uint64_t max_bytes);
 
 /* Remove every entry. Returns entries removed, or -1. */
@@ -174,5 +176,8 @@ int store_clear(void);
 
 /* Totals: entries, artifact bytes, hits. */
 void store_totals(uint64_t *entries, uint64_t *bytes, uint64_t *hits);
+
+/* Every byte the store's files take (what TC_CACHE_MAX_MB caps), or -1. */
+int64_t store_size(void);
 
 #endif

@@ -57,6 +57,10 @@ check "stats" 0 "$dump" stats
 has "stats counts entries" '^entries: +5$'
 has "stats names the root" "^root: +$dir/v2$"
 has "stats sums bytes" '^bytes: +5010 '
+ondisk=$(printf '%s\n' "$out" | sed -n 's/^on disk: *\([0-9]*\) .*/\1/p')
+metas=$(find "$dir/v2" -name '*.meta' -printf '%s\n' | paste -sd+ | bc)
+[ "$ondisk" = $((5010 + metas)) ] && ok "stats counts meta bytes on disk" ||
+  bad "on disk: $ondisk, not 5010 + $metas"
 
 check "verify a good store" 0 "$dump" verify
 so=$(find "$dir/v2" -name '*.so' | head -n 1)
@@ -79,6 +83,17 @@ check "prune with a bad size" 2 "$dump" prune --max-mb lots
 TC_CACHE_MAX_MB=0 "$populate" --populate "$dir" 2 >/dev/null 2>&1
 check "TC_CACHE_MAX_MB caps puts" 0 "$dump" stats
 has "nothing kept under a 0 MiB cap" '^entries: +0$'
+
+# The cap counts every byte: three ~1000-byte artifacts whose metas carry
+# 400 KiB of source each are 1.2 MiB, over a 1 MiB cap.
+check "populate big metas" 0 "$populate" --populate "$dir" 3 400
+check "prune counts meta bytes" 0 "$dump" prune --max-mb 1
+has "prune evicted one entry for its meta bytes" '; 2 entries, '
+check "prune --max-mb 0 again" 0 "$dump" prune --max-mb 0
+TC_CACHE_MAX_MB=1 "$populate" --populate "$dir" 3 400 >/dev/null 2>&1
+check "TC_CACHE_MAX_MB counts meta bytes" 0 "$dump" stats
+has "2 entries kept under a 1 MiB cap" '^entries: +2$'
+check "prune --max-mb 0 once more" 0 "$dump" prune --max-mb 0
 
 # -- Names that are not regular files: never opened (no hang), reported,
 # removed. `timeout` turns a hang into exit status 124.

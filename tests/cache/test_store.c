@@ -4,8 +4,8 @@
 ** moved under another key, hostile metadata, unsafe permissions, write
 ** failures, several processes at once, eviction, verify and clear. Each
 ** test gets a fresh mkdtemp() root and runs with the key marker required
-** (the codegen's final state). `test_store --populate DIR N` fills DIR
-** with N fake entries for tests/cache/test_dump.sh.
+** (the codegen's final state). `test_store --populate DIR N [KB]` fills
+** DIR with N fake entries for tests/cache/test_dump.sh.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -115,6 +115,8 @@ static void sum_of(const char *key, const void *buf, size_t n,
            (uint64_t)h.high64, (uint64_t)h.low64);
 }
 
+static char *big_source;     /* when set, every meta carries it */
+
 static void meta_fields(store_meta *m, int i)
 {
   snprintf(m->backend, sizeof m->backend, "cpu");
@@ -124,7 +126,7 @@ static void meta_fields(store_meta *m, int i)
   snprintf(m->shape, sizeof m->shape, "[%d,4096] row 4096", i + 1);
   m->instrs = 3 + i;
   m->compile_ms = 50.25 + i;
-  m->source = (char *)src_text;
+  m->source = big_source ? big_source : (char *)src_text;
   m->guards = "in0: f32 [4096] contiguous\n";
 }
 
@@ -684,6 +686,19 @@ static void pause_ms(int ms)
   nanosleep(&ts, NULL);
 }
 
+/* Bytes entry i takes on disk: its meta and its artifact. */
+static int64_t entry_bytes(int i)
+{
+  char key[STORE_KEY_LEN + 1], meta[PATH_MAX], so[PATH_MAX];
+  struct stat a, b;
+  key_for(i, key);
+  path_of(key, ".meta", meta, sizeof meta);
+  art_of(i, so, sizeof so);
+  assert_int_equal(stat(meta, &a), 0);
+  assert_int_equal(stat(so, &b), 0);
+  return (int64_t)a.st_size + (int64_t)b.st_size;
+}
+
 static void test_store_prune_lru(void **state)
 {
   (void)state;
@@ -695,17 +710,21 @@ static void test_store_prune_lru(void **state)
   }
   assert_int_equal(get_i(20, &m, so, sizeof so), 0);   /* 20 is now newest */
   store_meta_free(&m);
-  assert_int_equal(store_prune(2 * 4096), 4096);
+  int64_t all = store_size(), lru = entry_bytes(21);
+  assert_int_equal(all, entry_bytes(20) + lru + entry_bytes(22));
+  assert_int_equal(store_prune((uint64_t)all - 1), lru);
   assert_int_equal(get_i(21, &m, so, sizeof so), -1);  /* the LRU one went */
   assert_int_equal(get_i(20, &m, so, sizeof so), 0);
   store_meta_free(&m);
   assert_int_equal(get_i(22, &m, so, sizeof so), 0);
   store_meta_free(&m);
   assert_int_equal(store_prune(1 << 30), 0);
-  assert_int_equal(store_prune(0), 2 * 4096);
+  all = store_size();
+  assert_int_equal(store_prune(0), all);
   uint64_t n, bytes;
   store_totals(&n, &bytes, NULL);
   assert_int_equal(n + bytes, 0);
+  assert_int_equal(store_size(), 0);
 }
 
 static void test_store_max_mb(void **state)
@@ -1139,12 +1158,72 @@ static void test_store_hostile_meta(void **state)
   expect_removed(99, "malformed");
 }
 
+/* -- The cap counts every byte ------------------------------------------------ */
+
+static void test_store_cap_counts_metas(void **state)
+{
+  (void)state;
+  store_meta m;
+  char so[PATH_MAX];
+  /* Three 1000-byte artifacts whose metas hold 400 KiB of source each:
+  ** 1.2 MiB in all, over a 1 MiB cap, though the artifacts are 3 KB. */
+  big_source = malloc(400 << 10);
+  memset(big_source, 's', (400 << 10) - 1);
+  big_source[(400 << 10) - 1] = '\0';
+  setenv("TC_CACHE_MAX_MB", "1", 1);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(put_n(100 + i, 1000), 0);
+    pause_ms(30);
+  }
+  unsetenv("TC_CACHE_MAX_MB");
+  free(big_source);
+  big_source = NULL;
+  assert_int_equal(get_i(100, &m, so, sizeof so), -1);   /* the LRU went */
+  assert_int_equal(get_i(101, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  pause_ms(30);                /* file times are coarse: keep the order */
+  assert_int_equal(get_i(102, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  assert_true(store_size() <= 1 << 20);
+  /* Leftover temporaries count too: a fresh one (a put in flight) is
+  ** kept, so entries make room for it; a stale one is removed first. */
+  char key[STORE_KEY_LEN + 1], tmp[PATH_MAX + 32];
+  key_for(101, key);
+  snprintf(tmp, sizeof tmp, "%s/%.2s/.tmp-9-9-inflight", store_root(), key);
+  FILE *f = fopen(tmp, "wb");
+  char *z = calloc(1, 500 << 10);
+  fwrite(z, 1, 500 << 10, f);
+  fclose(f);
+  free(z);
+  int64_t before = store_size();
+  assert_true(before > 1 << 20);
+  assert_true(store_prune(1 << 20) > 0);
+  assert_true(store_size() <= 1 << 20);
+  assert_true(exists(tmp));
+  assert_int_equal(get_i(101, &m, so, sizeof so), -1);  /* older: evicted */
+  assert_int_equal(get_i(102, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  struct timespec t[2] = { { time(NULL) - 7200, 0 }, { time(NULL) - 7200, 0 } };
+  assert_int_equal(utimensat(AT_FDCWD, tmp, t, 0), 0);
+  assert_int_equal(store_prune(1 << 20), 0);   /* nothing evicted... */
+  assert_false(exists(tmp));                   /* ...the stale temp went */
+  assert_int_equal(get_i(102, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+}
+
 /* -- Main ------------------------------------------------------------------ */
 
-/* `--populate DIR N`: N fake entries in DIR, for test_dump.sh. */
-static int populate(const char *dir, int n)
+/* `--populate DIR N [KB]`: N fake entries in DIR, for test_dump.sh; with
+** KB, each meta carries KB KiB of source text (artifacts stay ~1000 B). */
+static int populate(const char *dir, int n, int kb)
 {
   char why[256];
+  if (kb > 0) {
+    big_source = malloc((size_t)kb * 1024 + 1);
+    for (int i = 0; i < kb * 1024; i++)
+      big_source[i] = i % 64 == 63 ? '\n' : 'a' + i % 26;
+    big_source[kb * 1024] = '\0';
+  }
   if (store_open(dir, why, sizeof why) < 0) {
     fprintf(stderr, "test_store: %s\n", why);
     return 1;
@@ -1159,8 +1238,8 @@ static int populate(const char *dir, int n)
 
 int main(int argc, char **argv)
 {
-  if (argc == 4 && strcmp(argv[1], "--populate") == 0)
-    return populate(argv[2], atoi(argv[3]));
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "--populate") == 0)
+    return populate(argv[2], atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 0);
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     T(test_store_key),
@@ -1183,6 +1262,7 @@ int main(int argc, char **argv)
     T(test_store_marker_helper),
     T(test_store_key_binding),
     T(test_store_hostile_meta),
+    T(test_store_cap_counts_metas),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
