@@ -71,6 +71,9 @@ static const char help_text[] =
   "            N MiB (default: TC_CACHE_MAX_MB, else 1024).\n"
   "    clear   Remove every kernel.\n"
   "\n"
+  "    No command creates a store: on a directory that holds none,\n"
+  "    tc-dump says so and exits 1.\n"
+  "\n"
   "ENVIRONMENT\n"
   "    TC_CACHE_DIR    the store's root (default $XDG_CACHE_HOME/tc, else\n"
   "                    ~/.cache/tc)\n"
@@ -80,9 +83,10 @@ static const char help_text[] =
   "\n"
   "EXIT STATUS\n"
   "    0  success\n"
-  "    1  a problem was found: verify removed bad entries, show matched\n"
-  "       no kernel or several, an entry could not be read, or the store\n"
-  "       cannot be opened\n"
+  "    1  a problem was found: verify found bad entries, show matched no\n"
+  "       kernel or several, an entry could not be read, something could\n"
+  "       not be removed (clear, verify) or the store stays over the cap\n"
+  "       (prune), or there is no usable store at the root\n"
   "    2  bad usage: unknown command, missing or extra arguments\n"
   "\n"
   "FILES\n"
@@ -229,12 +233,21 @@ static int cmd_stats(void)
 static int cmd_verify(void)
 {
   uint64_t entries;
-  int problems = store_verify(stdout);
+  int failed;
+  int problems = store_verify(stdout, &failed);
   if (problems < 0) {
     fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
     return EXIT_PROBLEM;
   }
   store_totals(&entries, NULL, NULL);
+  if (failed) {
+    printf("%d problem%s found, %d of them not removed; %" PRIu64
+           " good entries\n", problems, problems == 1 ? "" : "s", failed,
+           entries);
+    fprintf(stderr, "tc-dump: %d problem%s could not be removed\n", failed,
+            failed == 1 ? "" : "s");
+    return EXIT_PROBLEM;
+  }
   if (problems) {
     printf("%d problem%s found and removed; %" PRIu64 " good entries\n",
            problems, problems == 1 ? "" : "s", entries);
@@ -283,18 +296,30 @@ static int cmd_prune(int argc, char **argv)
   int64_t disk = store_size();
   printf("freed %" PRId64 " bytes; %" PRIu64 " entries, %" PRId64
          " bytes remain (cap %" PRIu64 " MiB)\n", freed, entries, disk, mb);
+  if (disk < 0 || (uint64_t)disk > (mb << 20)) {
+    fprintf(stderr, "tc-dump: the store still takes %" PRId64 " bytes, over "
+            "the cap of %" PRIu64 " MiB (files that could not be removed, "
+            "or writes in flight)\n", disk, mb);
+    return EXIT_PROBLEM;
+  }
   return 0;
 }
 
 static int cmd_clear(void)
 {
-  int n = store_clear();
+  int failed;
+  int n = store_clear(stderr, &failed);
   if (n < 0) {
     fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
     return EXIT_PROBLEM;
   }
   printf("removed %d entr%s from %s\n", n, n == 1 ? "y" : "ies",
          store_root());
+  if (failed) {
+    fprintf(stderr, "tc-dump: clear failed: %d file%s could not be removed\n",
+            failed, failed == 1 ? "" : "s");
+    return EXIT_PROBLEM;
+  }
   return 0;
 }
 
@@ -323,8 +348,10 @@ int main(int argc, char **argv)
     return bad_usage("unknown command '%s'", cmd);
   if (strcmp(cmd, "show") == 0 && nargs != 1)
     return bad_usage("%s", "show wants one KEY-PREFIX");
+  /* Only the compiling library creates a store: a mistyped TC_CACHE_DIR
+  ** is reported, never made. */
   char why[512];
-  if (store_open(NULL, why, sizeof why) < 0) {
+  if (store_open_existing(NULL, why, sizeof why) < 0) {
     fprintf(stderr, "tc-dump: the kernel store cannot be used: %s\n", why);
     return EXIT_PROBLEM;
   }

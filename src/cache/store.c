@@ -749,7 +749,7 @@ static void artifact_of(const char *dir, const char *key, char *out,
 
 /* -- Opening the store ----------------------------------------------------- */
 
-int store_open(const char *root, char *why, size_t wlen)
+static int open_root(const char *root, bool create, char *why, size_t wlen)
 {
   char base[PATH_MAX], dir[PATH_MAX];
   const char *e;
@@ -785,12 +785,18 @@ int store_open(const char *root, char *why, size_t wlen)
     snprintf(why, wlen, "cache path too long");
     return -1;
   }
-  if (mkdirs(dir) < 0) {
+  if (create && mkdirs(dir) < 0) {
     snprintf(why, wlen, "%s: cannot create: %s", dir, strerror(errno));
     return -1;
   }
   if (lstat(dir, &st) < 0) {
-    snprintf(why, wlen, "%s: %s", dir, strerror(errno));
+    if (errno == ENOENT && lstat(root, &st) < 0)
+      snprintf(why, wlen, "%s: no such directory", root);
+    else if (errno == ENOENT)
+      snprintf(why, wlen, "%s: no kernel store here (no %s)", root,
+               STORE_LAYOUT);
+    else
+      snprintf(why, wlen, "%s: %s", dir, strerror(errno));
     return -1;
   }
   if (!S_ISDIR(st.st_mode)) {
@@ -812,6 +818,16 @@ int store_open(const char *root, char *why, size_t wlen)
   snprintf(root_dir, sizeof root_dir, "%s", dir);
   pthread_mutex_unlock(&mu);
   return 0;
+}
+
+int store_open(const char *root, char *why, size_t wlen)
+{
+  return open_root(root, true, why, wlen);
+}
+
+int store_open_existing(const char *root, char *why, size_t wlen)
+{
+  return open_root(root, false, why, wlen);
 }
 
 bool store_is_open(void) { return root_dir[0] != '\0'; }
@@ -1257,12 +1273,14 @@ static int verify_dir(void *ctx, const char *dir, char **names, int n,
   return 0;
 }
 
-int store_verify(FILE *report)
+int store_verify(FILE *report, int *failed)
 {
   verify_ctx c = { report, 0, 0 };
   pthread_mutex_lock(&mu);
   int rc = each_dir(verify_dir, &c);
   pthread_mutex_unlock(&mu);
+  if (failed)
+    *failed = c.failed;
   return rc < 0 ? -1 : c.problems;
 }
 
@@ -1429,14 +1447,23 @@ out:
 
 /* -- Clearing and totals --------------------------------------------------- */
 
+typedef struct {
+  FILE *report;
+  int removed, failed;
+} clear_ctx;
+
 static int clear_dir(void *ctx, const char *dir, char **names, int n,
                      const struct stat *dst)
 {
-  int *removed = ctx;
+  clear_ctx *c = ctx;
   char key[STORE_KEY_LEN + 1], path[PATH_MAX];
   if (n < 0) {
-    if (!S_ISDIR(dst->st_mode))
-      remove_name(dir);        /* a stray link or file */
+    if (!S_ISDIR(dst->st_mode) && remove_name(dir) == 0)
+      return 0;                /* a stray link or file: gone */
+    c->failed++;
+    say(c->report, "%s: %s\n", dir, !S_ISDIR(dst->st_mode) ? strerror(errno)
+        : safe(dst) ? "cannot be read (left alone)"
+                    : "not a private directory (left alone)");
     return 0;
   }
   for (int i = 0; i < n; i++) {
@@ -1444,20 +1471,26 @@ static int clear_dir(void *ctx, const char *dir, char **names, int n,
     if (!(meta || is_artifact(names[i]) || is_temp(names[i])) ||
         fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
       continue;
-    if (remove_name(path) == 0 && meta)
-      (*removed)++;
+    if (remove_name(path) < 0) {
+      c->failed++;
+      say(c->report, "%s: cannot remove: %s\n", path, strerror(errno));
+    } else if (meta) {
+      c->removed++;
+    }
   }
   rmdir(dir);                  /* fails harmlessly when something remains */
   return 0;
 }
 
-int store_clear(void)
+int store_clear(FILE *report, int *failed)
 {
-  int removed = 0;
+  clear_ctx c = { report, 0, 0 };
   pthread_mutex_lock(&mu);
-  int rc = each_dir(clear_dir, &removed);
+  int rc = each_dir(clear_dir, &c);
   pthread_mutex_unlock(&mu);
-  return rc < 0 ? -1 : removed;
+  if (failed)
+    *failed = c.failed;
+  return rc < 0 ? -1 : c.removed;
 }
 
 static int add_totals(void *ctx, const char *path, const store_meta *m)

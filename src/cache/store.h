@@ -121,6 +121,10 @@ bool store_require_marker(bool on);
 ** creatable, not a directory, not ours, unsafe permissions): the caller
 ** then keeps kernels in memory only; `why` says why in one line. */
 int store_open(const char *root, char *why, size_t wlen);
+/* The same, but creates nothing: -1 (why says so) when <root>/v2 does not
+** exist. For tools that only inspect or maintain a store (tc-dump): only
+** the compiling library creates one. */
+int store_open_existing(const char *root, char *why, size_t wlen);
 bool store_is_open(void);
 const char *store_root(void);     /* "<root>/v2", or NULL */
 void store_close(void);
@@ -162,8 +166,9 @@ int store_each(store_visit_fn fn, void *ctx);
 ** (unlinked, never opened), orphaned artifacts and stale temporaries.
 ** Reports one line per problem to `report` (may be NULL), saying whether
 ** it was removed. Returns the number of problems found, or -1 when the
-** store cannot be read. */
-int store_verify(FILE *report);
+** store cannot be read; *failed (may be NULL) counts those it could not
+** remove (or left alone: a directory not ours). */
+int store_verify(FILE *report, int *failed);
 
 /* Evict least recently used entries until the store's files (metas,
 ** artifacts, temporaries: every byte, as store_size counts) take at most
@@ -171,8 +176,11 @@ int store_verify(FILE *report);
 ** bytes freed, or -1. */
 int64_t store_prune(uint64_t max_bytes);
 
-/* Remove every entry. Returns entries removed, or -1. */
-int store_clear(void);
+/* Remove every entry, artifact and temporary. Returns entries removed, or
+** -1 when the store cannot be read; *failed (may be NULL) counts the
+** names that could not be removed, each reported to `report` (may be
+** NULL) with the reason. */
+int store_clear(FILE *report, int *failed);
 
 /* Totals: entries, artifact bytes, hits. */
 void store_totals(uint64_t *entries, uint64_t *bytes, uint64_t *hits);

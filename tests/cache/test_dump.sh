@@ -126,6 +126,41 @@ done
 check "verify after that is clean" 0 "$dump" verify
 has "one good entry" '^ok: 1 entries verified$'
 
+# -- clear tells the truth. A non-empty directory named like a meta cannot
+# be removed, whoever runs this.
+d="$(dirname "${metas[3]}")/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee.meta"
+mkdir "$d" && touch "$d/x"
+check "clear that cannot remove everything" 1 "$dump" clear
+has "clear says what it could not remove" 'eeee.meta: cannot remove: '
+has "clear reports the failure" 'clear failed: 1 file could not be removed'
+rm -r "$d"
+# A read-only store: a read-only bind mount in a private namespace where
+# this system allows one (it stops root too); else permission bits, which
+# stop anyone but root.
+"$populate" --populate "$dir" 2
+if unshare -rm true 2>/dev/null; then
+  check "clear on a read-only store" 1 unshare -rm sh -c \
+    'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && exec "$2" clear' \
+    sh "$dir" "$dump"
+  has "clear says the file system is read-only" 'Read-only file system'
+  has "clear reports the failure" 'clear failed: '
+elif [ "$(id -u)" -ne 0 ]; then
+  chmod 0500 "$dir"/v2/*/
+  check "clear on a read-only store" 1 "$dump" clear
+  has "clear says permission denied" 'Permission denied'
+  chmod 0700 "$dir"/v2/*/
+else
+  echo "skip clear on a read-only store: root without mount namespaces"
+fi
+check "stats after a failed clear" 0 "$dump" stats
+has "the entries are still there" '^entries: +2$'
+if [ "$(id -u)" -eq 0 ]; then
+  chown -R 65534 "$dir/v2"
+  check "a store owned by someone else is refused" 1 "$dump" clear
+  has "tc-dump says whose it is" 'owned by uid 65534'
+  chown -R 0 "$dir/v2"
+fi
+
 "$populate" --populate "$dir" 3
 check "clear" 0 "$dump" clear
 has "clear counts entries" 'removed 3 entries'
@@ -141,6 +176,19 @@ has "usage on bogus command" '^usage: tc-dump'
 check "no command" 2 "$dump"
 check "extra argument" 2 "$dump" list extra
 check "TC_CACHE=0" 1 env TC_CACHE=0 "$dump" list
+
+# -- A missing or mistyped store is reported, never created.
+for cmd in list stats verify "show 00" prune clear; do
+  check "$cmd on a missing directory" 1 env TC_CACHE_DIR="$dir/typo" "$dump" $cmd
+  has "$cmd says there is no such directory" 'typo: no such directory'
+done
+[ -e "$dir/typo" ] && bad "tc-dump created the missing directory" ||
+  ok "tc-dump created nothing"
+mkdir "$dir/empty"
+check "list where no store was made" 1 env TC_CACHE_DIR="$dir/empty" "$dump" list
+has "list says there is no store there" 'no kernel store here'
+[ -e "$dir/empty/v2" ] && bad "tc-dump created a store" ||
+  ok "tc-dump created no store"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -762,7 +762,7 @@ static void test_store_verify(void **state)
   char so[PATH_MAX], key[STORE_KEY_LEN + 1], p[PATH_MAX + 80];
   assert_int_equal(put_one(40), 0);
   assert_int_equal(put_one(41), 0);
-  assert_int_equal(store_verify(NULL), 0);
+  assert_int_equal(store_verify(NULL, NULL), 0);
   art_of(40, so, sizeof so);
   assert_int_equal(truncate(so, 10), 0);
   key_for(41, key);
@@ -773,7 +773,9 @@ static void test_store_verify(void **state)
   char *rep = NULL;
   size_t len;
   FILE *f = open_memstream(&rep, &len);
-  assert_int_equal(store_verify(f), 3);
+  int failed = -1;
+  assert_int_equal(store_verify(f, &failed), 3);
+  assert_int_equal(failed, 0);
   fclose(f);
   assert_non_null(strstr(rep, "10 bytes, meta says 1040"));
   assert_non_null(strstr(rep, "stale temporary"));
@@ -781,7 +783,7 @@ static void test_store_verify(void **state)
   free(rep);
   assert_false(exists(so));
   assert_false(exists(p));
-  assert_int_equal(store_verify(NULL), 0);
+  assert_int_equal(store_verify(NULL, NULL), 0);
   store_meta m;
   assert_int_equal(get_i(41, &m, so, sizeof so), 0);
   store_meta_free(&m);
@@ -806,7 +808,9 @@ static void test_store_each_clear(void **state)
   assert_int_equal(store_each(count_visit, c), 5);
   assert_int_equal(c[0], 4);
   assert_int_equal(c[1], 1);   /* the unparsable one, passed as NULL */
-  assert_int_equal(store_clear(), 5);
+  int failed = -1;
+  assert_int_equal(store_clear(NULL, &failed), 5);
+  assert_int_equal(failed, 0);
   uint64_t n;
   store_totals(&n, NULL, NULL);
   assert_int_equal(n, 0);
@@ -874,19 +878,21 @@ static void test_store_not_regular(void **state)
   char *rep = NULL;
   size_t len;
   FILE *f = open_memstream(&rep, &len);
-  assert_int_equal(store_verify(f), 2);
+  int failed = -1;
+  assert_int_equal(store_verify(f, &failed), 2);
   fclose(f);
+  assert_int_equal(failed, 0);
   assert_non_null(strstr(rep, "meta is a FIFO: removed"));
   assert_non_null(strstr(rep, "artifact is a symbolic link: removed"));
   free(rep);
   assert_false(exists(meta));
   assert_false(exists(linkname));
   assert_true(exists(far));
-  assert_int_equal(store_verify(NULL), 0);
+  assert_int_equal(store_verify(NULL, NULL), 0);
   /* A FIFO where a temporary goes, young or not, is not a put in flight. */
   snprintf(meta, sizeof meta, "%s/%.2s/.tmp-1-2-fifo", store_root(), key);
   assert_int_equal(mkfifo(meta, 0600), 0);
-  assert_int_equal(store_verify(NULL), 1);
+  assert_int_equal(store_verify(NULL, NULL), 1);
   assert_false(exists(meta));
   /* A key directory that is a link to a private directory elsewhere: not
   ** used for reading or writing. */
@@ -901,7 +907,7 @@ static void test_store_not_regular(void **state)
   assert_int_equal(put_one(66), -1);
   c[0] = c[1] = 0;
   assert_int_equal(store_each(count_visit, c), 0);
-  assert_int_equal(store_verify(NULL), 1);   /* the link: removed */
+  assert_int_equal(store_verify(NULL, NULL), 1);   /* the link: removed */
   assert_false(exists(kdir));
   assert_true(exists(moved));
   alarm(0);
@@ -1211,6 +1217,41 @@ static void test_store_cap_counts_metas(void **state)
   store_meta_free(&m);
 }
 
+/* -- Opening without creating ---------------------------------------------- */
+
+static void test_store_open_existing(void **state)
+{
+  (void)state;
+  char why[256], dir[PATH_MAX];
+  store_close();
+  snprintf(dir, sizeof dir, "%s/typo", root);
+  assert_int_equal(store_open_existing(dir, why, sizeof why), -1);
+  assert_non_null(strstr(why, "no such directory"));
+  assert_false(exists(dir));
+  assert_false(store_is_open());
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(store_open_existing(dir, why, sizeof why), -1);
+  assert_non_null(strstr(why, "no kernel store here"));
+  snprintf(dir, sizeof dir, "%s/typo/" STORE_LAYOUT, root);
+  assert_false(exists(dir));
+  /* A file or a link where the store's directory goes is refused. */
+  char target[PATH_MAX];
+  snprintf(target, sizeof target, "%s/real", root);
+  assert_int_equal(mkdir(target, 0700), 0);
+  assert_int_equal(symlink(target, dir), 0);
+  snprintf(dir, sizeof dir, "%s/typo", root);
+  assert_int_equal(store_open_existing(dir, why, sizeof why), -1);
+  assert_non_null(strstr(why, "not a directory (a symbolic link)"));
+  assert_int_equal(store_open(dir, why, sizeof why), -1);
+  /* The real thing opens, and store_open creates. */
+  assert_int_equal(store_open_existing(root, why, sizeof why), 0);
+  assert_true(store_is_open());
+  snprintf(dir, sizeof dir, "%s/new", root);
+  assert_int_equal(store_open(dir, why, sizeof why), 0);
+  snprintf(dir, sizeof dir, "%s/new/" STORE_LAYOUT, root);
+  assert_true(exists(dir));
+}
+
 /* -- Main ------------------------------------------------------------------ */
 
 /* `--populate DIR N [KB]`: N fake entries in DIR, for test_dump.sh; with
@@ -1263,6 +1304,7 @@ int main(int argc, char **argv)
     T(test_store_key_binding),
     T(test_store_hostile_meta),
     T(test_store_cap_counts_metas),
+    T(test_store_open_existing),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
