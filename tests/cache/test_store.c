@@ -2,10 +2,11 @@
 ** test_store.c -- the on-disk kernel store on its own (store.h): round
 ** trips, every kind of damage, things that are not regular files, entries
 ** moved under another key, hostile metadata, unsafe permissions, write
-** failures, several processes at once, eviction, verify and clear. Each
-** test gets a fresh mkdtemp() root and runs with the key marker required
-** (the codegen's final state). `test_store --populate DIR N [KB]` fills
-** DIR with N fake entries for tests/cache/test_dump.sh.
+** failures (a full or read-only disk), several processes at once,
+** eviction, verify and clear. Each test gets a fresh mkdtemp() root and
+** runs with the key marker required (the codegen's final state).
+** `test_store --populate DIR N [KB]` fills DIR with N fake entries for
+** tests/cache/test_dump.sh.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -32,6 +33,7 @@
 
 #include "../../src/cache/store.h"
 #include "../../src/tensor/tensor.h"
+#include "sandbox.h"
 
 static char root[256];
 static const char src_text[] =
@@ -1252,6 +1254,115 @@ static void test_store_open_existing(void **state)
   assert_true(exists(dir));
 }
 
+/* -- A full or read-only disk ----------------------------------------------- */
+
+/* In a child with a private mount namespace: a tiny tmpfs root, filled,
+** then puts (no space), temp paths (no inodes) and a read-only store. The
+** child exits 0 when every check holds, SANDBOX_SKIP without namespaces. */
+static int disk_child(void)
+{
+  char dir[PATH_MAX], why[256], key[STORE_KEY_LEN + 1], tmp[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/disk", root);
+  if (mkdir(dir, 0700) < 0 || sandbox_enter() < 0 ||
+      sandbox_tmpfs(dir, 256, 0) < 0)
+    return SANDBOX_SKIP;
+  signal(SIGXFSZ, SIG_IGN);
+  store_close();
+  if (store_open(dir, why, sizeof why) < 0)
+    return 10;
+  /* Entry 0 fits; then the disk fills up. */
+  if (put_one(0) < 0)
+    return 11;
+  if (sandbox_fill(dir) < 0)
+    return 12;
+  /* A put whose artifact was written before the disk filled: the meta
+  ** cannot be written; -1, and nothing of it is left. */
+  key_for(1, key);
+  int metas, sos, tmps;
+  char big[PATH_MAX + 16];
+  snprintf(big, sizeof big, "%s/ballast", dir);
+  if (truncate(big, 0) < 0 || store_tmp_path(key, tmp, sizeof tmp) < 0)
+    return 13;
+  char buf[8192];
+  fill(buf, sizeof buf, 1);
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(buf, 1, sizeof buf, f) != sizeof buf || fclose(f) != 0)
+    return 14;
+  if (sandbox_fill(dir) < 0)
+    return 15;
+  store_meta m = { 0 };
+  meta_fields(&m, 1);
+  if (store_put(key, tmp, &m) != -1 || exists(tmp))
+    return 16;
+  count_files(key, &metas, &sos, &tmps);
+  if (metas + sos + tmps != 0)
+    return 17;
+  /* A put whose artifact cannot even be written (the backend's write
+  ** fails): put is handed a short file and must still clean up. */
+  if (sandbox_fill(dir) < 0 || store_tmp_path(key, tmp, sizeof tmp) < 0)
+    return 18;
+  f = fopen(tmp, "wb");
+  bool wrote = f && fwrite(buf, 1, sizeof buf, f) == sizeof buf;
+  if (f)
+    wrote = fclose(f) == 0 && wrote;
+  if (wrote)
+    return 19;                 /* the disk was not full after all */
+  if (store_put(key, tmp, &m) != -1 || exists(tmp))
+    return 20;
+  count_files(key, &metas, &sos, &tmps);
+  if (metas + sos + tmps != 0)
+    return 21;
+  /* What is stored still loads (the hit's meta rewrite just fails). */
+  store_meta g;
+  char so[PATH_MAX];
+  if (get_i(0, &g, so, sizeof so) != 0)
+    return 22;
+  store_meta_free(&g);
+  /* No inodes left: a temp path cannot be made, cleanly. */
+  char idir[PATH_MAX];
+  snprintf(idir, sizeof idir, "%s/inodes", root);
+  if (mkdir(idir, 0700) < 0 || sandbox_tmpfs(idir, 1024, 4) < 0)
+    return 23;
+  store_close();
+  if (store_open(idir, why, sizeof why) < 0)
+    return 24;
+  for (int i = 0; i < 8; i++)    /* fill the inodes with key dirs */
+    if (store_tmp_path(key, tmp, sizeof tmp) < 0)
+      break;
+  if (store_tmp_path(key, tmp, sizeof tmp) != -1 || put_one(2) != -1)
+    return 25;
+  /* Read-only (EROFS, which stops root too): no temp path, no put, and
+  ** gets still work. */
+  store_close();
+  if (store_open(dir, why, sizeof why) < 0 || truncate(big, 0) < 0 ||
+      sandbox_readonly(dir) < 0)
+    return 26;
+  if (store_tmp_path(key, tmp, sizeof tmp) != -1 || put_one(3) != -1)
+    return 27;
+  if (get_i(0, &g, so, sizeof so) != 0)
+    return 28;
+  store_meta_free(&g);
+  return 0;
+}
+
+static void test_store_disk_full(void **state)
+{
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    _exit(disk_child());
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) == SANDBOX_SKIP) {
+    print_message("skipped: no private mount namespace here, so no tmpfs "
+                  "to fill; test_store_write_fails covers EFBIG\n");
+    skip();
+  }
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* -- Main ------------------------------------------------------------------ */
 
 /* `--populate DIR N [KB]`: N fake entries in DIR, for test_dump.sh; with
@@ -1305,6 +1416,7 @@ int main(int argc, char **argv)
     T(test_store_hostile_meta),
     T(test_store_cap_counts_metas),
     T(test_store_open_existing),
+    T(test_store_disk_full),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
