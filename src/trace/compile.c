@@ -204,6 +204,19 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
                    store_tmp_path(key, path, sizeof path) == 0;
     rc = to_disk ? jcpu_compile_to_file(k, path, &jk, reason, rlen)
                  : jcpu_compile(k, &jk, reason, rlen);
+    if (rc != JCPU_OK && to_disk) {
+      /* A full or read-only disk fails the compile to file: compile the
+      ** same kernel in memory (principle 5), and say so once. */
+      char why[256];
+      snprintf(why, sizeof why, "%s", reason);
+      unlink(path);
+      to_disk = false;
+      rc = jcpu_compile(k, &jk, reason, rlen);
+      if (rc == JCPU_OK && !store_warned)
+        tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s: %s); "
+                   "kernels stay in memory", store_root(), why);
+      store_warned |= rc == JCPU_OK;
+    }
     double ms = now_ms() - t0;
     eager_add_compile_ms(ms);
     if (rc != JCPU_OK) {
