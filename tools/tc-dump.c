@@ -49,8 +49,10 @@ static const char help_text[] =
   "\n"
   "COMMANDS\n"
   "    list    One line per kernel: key, backend, kind and instruction\n"
-  "            count, shape, hits, compile time, artifact bytes. Entries\n"
-  "            whose metadata cannot be read are reported on stderr.\n"
+  "            count, shape, hits, compile time, artifact bytes, then the\n"
+  "            ops fused into it and the regions (structure hashes) it was\n"
+  "            compiled for. Entries whose metadata cannot be read are\n"
+  "            reported on stderr.\n"
   "    show KEY-PREFIX\n"
   "            Every metadata field of the one kernel whose key starts\n"
   "            with KEY-PREFIX, then its IR, generated source and guards.\n"
@@ -116,8 +118,9 @@ static int list_one(void *ctx, const char *path, const store_meta *m)
     return 0;
   }
   printf("%s  %-4s %-9s %5d instrs  %-24s %8" PRIu64 " hits %9.1f ms "
-         "%10" PRIu64 " bytes\n", m->key, m->backend, m->kind, m->instrs,
-         m->shape, m->hits, m->compile_ms, m->bytes);
+         "%10" PRIu64 " bytes  ops %s  regions %s\n", m->key, m->backend,
+         m->kind, m->instrs, m->shape, m->hits, m->compile_ms, m->bytes,
+         m->ops[0] ? m->ops : "-", m->regions[0] ? m->regions : "-");
   return 0;
 }
 
@@ -184,6 +187,8 @@ static int show_one(void *ctx, const char *path, const store_meta *m)
   printf("%-11s %s\n", "codegen:", m->codegen);
   printf("%-11s %s\n", "kind:", m->kind);
   printf("%-11s %s\n", "shape:", m->shape);
+  printf("%-11s %s\n", "ops:", m->ops);
+  printf("%-11s %s\n", "regions:", m->regions);
   printf("%-11s %d\n", "instrs:", m->instrs);
   printf("%-11s %.3f\n", "compile_ms:", m->compile_ms);
   print_time("created:", m->created);

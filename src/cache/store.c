@@ -415,7 +415,7 @@ static char *meta_format(const store_meta *m, size_t *n)
   STR(key); STR(artifact); STR(checksum);
   fprintf(f, "bytes: %" PRIu64 "\n", m->bytes);
   STR(backend); STR(target); STR(compiler); STR(codegen); STR(kind);
-  STR(shape);
+  STR(shape); STR(regions); STR(ops);
 #undef STR
   fprintf(f, "instrs: %d\ncompile_ms: %.3f\ncreated: %" PRId64 "\n"
           "last_used: %" PRId64 "\nhits: %" PRIu64 "\n\n", m->instrs,
@@ -461,8 +461,8 @@ static int num_u64(const char *v, uint64_t *out)
 #define META_FIELDS(X)                                                     \
   X(KEY, key) X(ARTIFACT, artifact) X(CHECKSUM, checksum) X(BYTES, bytes)   \
   X(BACKEND, backend) X(TARGET, target) X(COMPILER, compiler)              \
-  X(CODEGEN, codegen) X(KIND, kind) X(SHAPE, shape) X(INSTRS, instrs)      \
-  X(COMPILE_MS, compile_ms)                                                \
+  X(CODEGEN, codegen) X(KIND, kind) X(SHAPE, shape) X(REGIONS, regions)    \
+  X(OPS, ops) X(INSTRS, instrs) X(COMPILE_MS, compile_ms)                  \
   X(CREATED, created) X(LAST_USED, last_used) X(HITS, hits)
 enum {
 #define X(id, name) F_##id,
@@ -488,7 +488,7 @@ static int meta_field(store_meta *m, int f, const char *v)
     return fmt(m->name, sizeof m->name, "%s", v);
   STR(ARTIFACT, artifact) STR(BACKEND, backend) STR(TARGET, target)
   STR(COMPILER, compiler) STR(CODEGEN, codegen) STR(KIND, kind)
-  STR(SHAPE, shape)
+  STR(SHAPE, shape) STR(REGIONS, regions) STR(OPS, ops)
 #undef STR
   case F_KEY:
   case F_CHECKSUM:

@@ -47,8 +47,8 @@
 ** next section line or the end. Names (every one required, each once; a
 ** line at most STORE_LINE_MAX bytes, no control characters): key,
 ** artifact, checksum (hex), bytes, backend, target, compiler, codegen,
-** kind, shape, instrs, compile_ms, created, last_used (unix seconds),
-** hits. Unknown names (a newer writer's) are ignored.
+** kind, shape, regions, ops, instrs, compile_ms, created, last_used (unix
+** seconds), hits. Unknown names (a newer writer's) are ignored.
 */
 #ifndef TC_STORE_H
 #define TC_STORE_H
@@ -90,6 +90,12 @@ typedef struct {
   char codegen[32];               /* STORE_CODEGEN_VERSION */
   char kind[16];                  /* "map" / "rows" (+ " dynamic") */
   char shape[96];                 /* e.g. "[4096] row 4096" */
+  char regions[256];              /* structure hashes (16 hex digits) of the
+                                     regions it was compiled for, space
+                                     separated; may be empty */
+  char ops[512];                  /* the ops fused into it, in order, space
+                                     separated: "MUL ADD EXP SUM"; may be
+                                     empty */
   int instrs;
   double compile_ms;
   int64_t created, last_used;

@@ -39,7 +39,9 @@ n=$(printf '%s\n' "$out" | grep -Ec '^[0-9a-f]{32} ')
 [ "$n" -eq 5 ] && ok "list shows 5 kernels" ||
   bad "list shows $n kernels, not 5"
 has "list shows backend, kind, hits, ms, bytes" \
-  'cpu +(map|rows) .* hits .* ms .* bytes$'
+  'cpu +(map|rows) .* hits .* ms .* bytes  '
+has "list shows the ops and regions of each kernel" \
+  ' bytes  ops MUL ADD EXP SUM  regions [0-9a-f]{16}$'
 
 key=$(printf '%s\n' "$out" | head -n 1 | cut -c1-32)
 check "show by prefix" 0 "$dump" show "${key:0:8}"
@@ -49,6 +51,8 @@ has "show prints the IR" 'y = x \* 2'
 has "show prints the source" '^--- source ---$'
 has "show prints the guards" '^--- guards ---$'
 has "show prints the hits" '^hits: +0$'
+has "show prints the ops" '^ops: +MUL ADD EXP SUM$'
+has "show prints the regions" '^regions: +[0-9a-f]{16}$'
 check "show unknown prefix" 1 "$dump" show ffffffffffffffffffffffffffffffff0
 check "show ambiguous prefix" 1 "$dump" show ""
 check "show without a prefix" 2 "$dump" show

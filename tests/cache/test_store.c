@@ -126,6 +126,8 @@ static void meta_fields(store_meta *m, int i)
   snprintf(m->compiler, sizeof m->compiler, "libgccjit 12.2.0");
   snprintf(m->kind, sizeof m->kind, i % 2 ? "rows" : "map");
   snprintf(m->shape, sizeof m->shape, "[%d,4096] row 4096", i + 1);
+  snprintf(m->ops, sizeof m->ops, "MUL ADD EXP SUM");
+  snprintf(m->regions, sizeof m->regions, "%016x", 0xabc00 + i);
   m->instrs = 3 + i;
   m->compile_ms = 50.25 + i;
   m->source = big_source ? big_source : (char *)src_text;
@@ -283,6 +285,8 @@ static void test_store_roundtrip(void **state)
   assert_string_equal(m.codegen, STORE_CODEGEN_VERSION);
   assert_string_equal(m.kind, "map");
   assert_string_equal(m.shape, "[1,4096] row 4096");
+  assert_string_equal(m.ops, "MUL ADD EXP SUM");
+  assert_string_equal(m.regions, "00000000000abc00");
   assert_int_equal(m.instrs, 3);
   assert_true(m.compile_ms > 50.2 && m.compile_ms < 50.3);
   assert_int_equal(m.bytes, 1000);
@@ -1123,6 +1127,7 @@ static void test_store_hostile_meta(void **state)
     { "hits", "" },                                      /* missing */
     { "backend", "" },
     { "codegen", "" },
+    { "ops", "" },
     { NULL, "hits: 3\n" },                               /* twice */
     { "shape", NULL },                                   /* too long */
     { NULL, NULL },                                      /* huge line */
