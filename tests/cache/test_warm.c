@@ -174,12 +174,51 @@ static void find_artifact(const char *dir, char *out, size_t len)
   closedir(d);
 }
 
+/* Does some .meta under dir have a header line starting with prefix (and,
+** with hex16, followed by exactly 16 hex digits)? */
+static bool meta_has(const char *dir, const char *prefix, bool hex16)
+{
+  DIR *d = opendir(dir);
+  bool found = false;
+  if (!d)
+    return false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] == '.')
+      continue;
+    char p[512], line[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    size_t n = strlen(e->d_name);
+    struct stat st;
+    if (n > 5 && strcmp(e->d_name + n - 5, ".meta") == 0) {
+      FILE *f = fopen(p, "r");
+      while (f && !found && fgets(line, sizeof line, f) && line[0] != '\n') {
+        size_t pl = strlen(prefix);
+        if (strncmp(line, prefix, pl) != 0)
+          continue;
+        const char *v = line + pl;
+        size_t vl = strcspn(v, "\n");
+        found = !hex16 || (vl == 16 && strspn(v, "0123456789abcdef") == 16);
+      }
+      if (f)
+        fclose(f);
+    } else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+      found = meta_has(p, prefix, hex16);
+    }
+  }
+  closedir(d);
+  return found;
+}
+
 static void test_warm_start_loads_everything(void **state)
 {
   (void)state;
   run_out a = run(root, NULL);
   assert_true(a.compiled > 0);
   assert_int_equal(a.loaded, 0);
+  /* Each entry says which ops it fused and which region it came from. */
+  assert_true(meta_has(root, "ops: MUL ADD GELU", false));
+  assert_true(meta_has(root, "regions: ", true));
   run_out b = run(root, NULL);
   assert_int_equal(b.compiled, 0);
   assert_int_equal(b.loaded, a.compiled);
