@@ -50,21 +50,32 @@ static const char help_text[] =
   "\n"
   "COMMANDS\n"
   "    list    One line per kernel: key, backend, kind and instruction\n"
-  "            count, shape, hits, compile time, artifact bytes. Entries\n"
-  "            whose metadata cannot be read are reported on stderr.\n"
+  "            count, shape, hits, compile time, artifact bytes, then the\n"
+  "            ops fused into it and the regions (structure hashes) it was\n"
+  "            compiled for. Entries whose metadata cannot be read are\n"
+  "            reported on stderr.\n"
   "    show KEY-PREFIX\n"
   "            Every metadata field of the one kernel whose key starts\n"
   "            with KEY-PREFIX, then its IR, generated source and guards.\n"
   "            A prefix matching no kernel, or more than one, is an error.\n"
-  "    stats   Number of entries, artifact bytes, total hits, the root.\n"
-  "    verify  Check every entry (metadata parses, artifact present, size\n"
-  "            and checksum match, owned by you and not writable by\n"
-  "            others); report and remove bad entries, orphaned artifacts\n"
-  "            and stale temporary files.\n"
+  "    stats   Number of entries, artifact bytes, bytes on disk (metadata,\n"
+  "            artifacts and temporary files: what the cap counts), total\n"
+  "            hits, the root.\n"
+  "    verify  Check every entry as a program would before loading it\n"
+  "            (regular files, owned by you and not writable by others,\n"
+  "            metadata parses and names its own key, artifact of the\n"
+  "            recorded size with its key-bound checksum and key marker);\n"
+  "            report and remove bad entries, anything that is not a\n"
+  "            regular file (a link, FIFO or directory: never opened),\n"
+  "            orphaned artifacts and stale temporary files.\n"
   "    prune [--max-mb N]\n"
-  "            Evict least recently used kernels until the artifacts take\n"
-  "            at most N MiB (default: TC_CACHE_MAX_MB, else 1024).\n"
+  "            Evict least recently used kernels until the store's files\n"
+  "            (every byte: metadata, artifacts, temporaries) take at most\n"
+  "            N MiB (default: TC_CACHE_MAX_MB, else 1024).\n"
   "    clear   Remove every kernel.\n"
+  "\n"
+  "    No command creates a store: on a directory that holds none,\n"
+  "    tc-dump says so and exits 1.\n"
   "\n"
   "ENVIRONMENT\n"
   "    TC_CACHE_DIR    the store's root (default $XDG_CACHE_HOME/tc, else\n"
@@ -75,15 +86,16 @@ static const char help_text[] =
   "\n"
   "EXIT STATUS\n"
   "    0  success\n"
-  "    1  a problem was found: verify removed bad entries, show matched\n"
-  "       no kernel or several, an entry could not be read, or the store\n"
-  "       cannot be opened\n"
+  "    1  a problem was found: verify found bad entries, show matched no\n"
+  "       kernel or several, an entry could not be read, something could\n"
+  "       not be removed (clear, verify) or the store stays over the cap\n"
+  "       (prune), or there is no usable store at the root\n"
   "    2  bad usage: unknown command, missing or extra arguments\n"
   "\n"
   "FILES\n"
-  "    <root>/v1/<kk>/<key>.meta        metadata of kernel <key>\n"
-  "    <root>/v1/<kk>/<key>-<sum>.so    its artifact; <sum> is the xxh3-128\n"
-  "                                     checksum of its bytes\n"
+  "    <root>/v2/<kk>/<key>.meta        metadata of kernel <key>\n"
+  "    <root>/v2/<kk>/<key>-<sum>.so    its artifact; <sum> is the xxh3-128\n"
+  "                                     checksum of <key> and its bytes\n"
   "    <kk> is the key's first two hex digits; every directory is mode\n"
   "    0700 and every file 0600.\n";
 
@@ -107,8 +119,9 @@ static int list_one(void *ctx, const char *path, const store_meta *m)
     return 0;
   }
   printf("%s  %-4s %-9s %5d instrs  %-24s %8" PRIu64 " hits %9.1f ms "
-         "%10" PRIu64 " bytes\n", m->key, m->backend, m->kind, m->instrs,
-         m->shape, m->hits, m->compile_ms, m->bytes);
+         "%10" PRIu64 " bytes  ops %s  regions %s\n", m->key, m->backend,
+         m->kind, m->instrs, m->shape, m->hits, m->compile_ms, m->bytes,
+         m->ops[0] ? m->ops : "-", m->regions[0] ? m->regions : "-");
   return 0;
 }
 
@@ -175,6 +188,8 @@ static int show_one(void *ctx, const char *path, const store_meta *m)
   printf("%-11s %s\n", "codegen:", m->codegen);
   printf("%-11s %s\n", "kind:", m->kind);
   printf("%-11s %s\n", "shape:", m->shape);
+  printf("%-11s %s\n", "ops:", m->ops);
+  printf("%-11s %s\n", "regions:", m->regions);
   printf("%-11s %d\n", "instrs:", m->instrs);
   printf("%-11s %.3f\n", "compile_ms:", m->compile_ms);
   print_time("created:", m->created);
@@ -210,23 +225,35 @@ static int cmd_stats(void)
 {
   uint64_t entries, bytes, hits;
   store_totals(&entries, &bytes, &hits);
+  int64_t disk = store_size();
   printf("root:      %s\n", store_root());
   printf("entries:   %" PRIu64 "\n", entries);
   printf("bytes:     %" PRIu64 " (%.1f MiB)\n", bytes,
          (double)bytes / (1 << 20));
+  printf("on disk:   %" PRId64 " (%.1f MiB)\n", disk,
+         (double)disk / (1 << 20));
   printf("hits:      %" PRIu64 "\n", hits);
-  return 0;
+  return disk < 0 ? EXIT_PROBLEM : 0;
 }
 
 static int cmd_verify(void)
 {
   uint64_t entries;
-  int problems = store_verify(stdout);
+  int failed;
+  int problems = store_verify(stdout, &failed);
   if (problems < 0) {
     fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
     return EXIT_PROBLEM;
   }
   store_totals(&entries, NULL, NULL);
+  if (failed) {
+    printf("%d problem%s found, %d of them not removed; %" PRIu64
+           " good entries\n", problems, problems == 1 ? "" : "s", failed,
+           entries);
+    fprintf(stderr, "tc-dump: %d problem%s could not be removed\n", failed,
+            failed == 1 ? "" : "s");
+    return EXIT_PROBLEM;
+  }
   if (problems) {
     printf("%d problem%s found and removed; %" PRIu64 " good entries\n",
            problems, problems == 1 ? "" : "s", entries);
@@ -267,22 +294,35 @@ static int cmd_prune(int argc, char **argv)
     fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
     return EXIT_PROBLEM;
   }
-  uint64_t entries, bytes;
-  store_totals(&entries, &bytes, NULL);
-  printf("freed %" PRId64 " bytes; %" PRIu64 " entries, %" PRIu64
-         " bytes remain (cap %" PRIu64 " MiB)\n", freed, entries, bytes, mb);
+  uint64_t entries;
+  store_totals(&entries, NULL, NULL);
+  int64_t disk = store_size();
+  printf("freed %" PRId64 " bytes; %" PRIu64 " entries, %" PRId64
+         " bytes remain (cap %" PRIu64 " MiB)\n", freed, entries, disk, mb);
+  if (disk < 0 || (uint64_t)disk > (mb << 20)) {
+    fprintf(stderr, "tc-dump: the store still takes %" PRId64 " bytes, over "
+            "the cap of %" PRIu64 " MiB (files that could not be removed, "
+            "or writes in flight)\n", disk, mb);
+    return EXIT_PROBLEM;
+  }
   return 0;
 }
 
 static int cmd_clear(void)
 {
-  int n = store_clear();
+  int failed;
+  int n = store_clear(stderr, &failed);
   if (n < 0) {
     fprintf(stderr, "tc-dump: cannot read %s\n", store_root());
     return EXIT_PROBLEM;
   }
   printf("removed %d entr%s from %s\n", n, n == 1 ? "y" : "ies",
          store_root());
+  if (failed) {
+    fprintf(stderr, "tc-dump: clear failed: %d file%s could not be removed\n",
+            failed, failed == 1 ? "" : "s");
+    return EXIT_PROBLEM;
+  }
   return 0;
 }
 
@@ -311,8 +351,10 @@ int main(int argc, char **argv)
     return bad_usage("unknown command '%s'", cmd);
   if (strcmp(cmd, "show") == 0 && nargs != 1)
     return bad_usage("%s", "show wants one KEY-PREFIX");
+  /* Only the compiling library creates a store: a mistyped TC_CACHE_DIR
+  ** is reported, never made. */
   char why[512];
-  if (store_open(NULL, why, sizeof why) < 0) {
+  if (store_open_existing(NULL, why, sizeof why) < 0) {
     fprintf(stderr, "tc-dump: the kernel store cannot be used: %s\n", why);
     return EXIT_PROBLEM;
   }

@@ -1,7 +1,8 @@
 /*
 ** store.c -- the on-disk kernel store (store.h): content-named artifacts,
 ** one .meta per key, every write a temp file renamed into place, and every
-** read checked (ownership, permissions, size, checksum) before use.
+** read checked (file types, ownership, permissions, size, key-bound
+** checksum, key marker) before use.
 */
 #define XXH_STATIC_LINKING_ONLY
 #include <dirent.h>
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -25,10 +27,13 @@
 #define META_MAX (16u << 20)  /* a bigger .meta is not one of ours */
 #define GRACE_S 60            /* orphans/temps younger than this may be a
                                  put in flight in another process */
+#define NOT_REG (-2)          /* open_reg: the name is not a regular file */
+#define MARKER_LEN (sizeof STORE_KEY_MARKER - 1 + STORE_KEY_LEN + 1)
 
 /* Recursive: put calls prune, and store_each callbacks may call back in. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-static char v1[PATH_MAX];     /* "<root>/v1"; empty when closed */
+static char root_dir[PATH_MAX];   /* "<root>/v2"; empty when closed */
+static bool marker_required = STORE_MARKER_REQUIRED;
 
 /* -- Small helpers --------------------------------------------------------- */
 
@@ -44,6 +49,19 @@ static void logc(const char *fmt, ...)
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   tensor_log(TC_LOG_CACHE, "%s", line);
+}
+
+/* A report line for tc-dump (report may be NULL). */
+static void say(FILE *report, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+static void say(FILE *report, const char *fmt, ...)
+{
+  if (!report)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(report, fmt, ap);
+  va_end(ap);
 }
 
 static bool is_hex(const char *s, size_t n)
@@ -76,6 +94,14 @@ static int64_t mtime_ns(const struct stat *st)
   return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
+/* What lstat saw, in words, for reports. */
+static const char *type_name(mode_t m)
+{
+  return S_ISLNK(m) ? "a symbolic link" : S_ISFIFO(m) ? "a FIFO"
+         : S_ISDIR(m) ? "a directory" : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
 /* Format into buf; -1 when it does not fit (a cut path is a wrong path). */
 static int fmt(char *buf, size_t len, const char *f, ...)
   __attribute__((format(printf, 3, 4)));
@@ -86,6 +112,62 @@ static int fmt(char *buf, size_t len, const char *f, ...)
   int n = vsnprintf(buf, len, f, ap);
   va_end(ap);
   return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* Open path read-only, but only a regular file: judged by lstat first (so
+** a FIFO, device, directory or link is never opened at all), then opened
+** with O_NOFOLLOW | O_NONBLOCK (a name swapped meanwhile can neither be
+** followed nor block us) and judged again by fstat. Returns the fd with
+** *st the file opened; NOT_REG with *st the thing found; -1 with errno
+** (ENOENT: nothing there). */
+static int open_reg(const char *path, struct stat *st)
+{
+  if (lstat(path, st) < 0)
+    return -1;
+  if (!S_ISREG(st->st_mode))
+    return NOT_REG;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ELOOP ? NOT_REG : -1;
+  if (fstat(fd, st) < 0) {
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    return NOT_REG;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0)
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+/* Read all n bytes of a regular file (n from its fstat). */
+static char *read_all(int fd, size_t n)
+{
+  char *buf = malloc(n + 1);
+  if (!buf)
+    return NULL;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {              /* shrank under us, or an I/O error */
+      free(buf);
+      return NULL;
+    }
+    got += (size_t)r;
+  }
+  buf[n] = '\0';
+  return buf;
+}
+
+/* A directory we may use: a real one (not a link), ours, closed to others. */
+static bool safe_dir(const char *path, struct stat *st)
+{
+  return lstat(path, st) == 0 && S_ISDIR(st->st_mode) && safe(st);
 }
 
 /* mkdir -p with mode 0700 for every directory it creates. */
@@ -104,13 +186,13 @@ static int mkdirs(const char *path)
   return mkdir(p, 0700) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* "<v1>/<kk>" for a well-formed key; -1 otherwise (keys name files, so a
-** malformed one must never reach a path). */
+/* "<root_dir>/<kk>" for a well-formed key; -1 otherwise (keys name files,
+** so a malformed one must never reach a path). */
 static int key_dir(const char *key, char *dir, size_t len)
 {
-  if (!key || !is_hex(key, STORE_KEY_LEN) || !v1[0])
+  if (!key || !is_hex(key, STORE_KEY_LEN) || !root_dir[0])
     return -1;
-  return fmt(dir, len, "%s/%.2s", v1, key);
+  return fmt(dir, len, "%s/%.2s", root_dir, key);
 }
 
 /* The key's directory, created if needed, and safe to use. */
@@ -121,7 +203,7 @@ static int key_dir_make(const char *key, char *dir, size_t len)
     return -1;
   if (mkdir(dir, 0700) < 0 && errno != EEXIST)
     return -1;
-  if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || !safe(&st)) {
+  if (!safe_dir(dir, &st)) {
     logc("%s: not a private directory; not used", dir);
     return -1;
   }
@@ -182,51 +264,104 @@ static int write_atomic(const char *dir, const char *dest, const char *data,
   return rc;
 }
 
-/* xxh3-128 and length of everything fd holds from its current offset. */
-static int hash_fd(int fd, uint64_t *bytes, char sum[STORE_KEY_LEN + 1])
+/* The checksum of an artifact: xxh3-128 of its key's digits, then its
+** bytes. Binding the key in means a copy under another key fails. */
+static void artifact_sum(const char *key, const void *bytes, size_t n,
+                         char sum[STORE_KEY_LEN + 1])
 {
-  XXH3_state_t *s = XXH3_createState();
-  if (!s)
-    return -1;
-  XXH3_128bits_reset(s);
-  char buf[1 << 16];
-  uint64_t total = 0;
-  ssize_t r;
-  while ((r = read(fd, buf, sizeof buf)) != 0) {
-    if (r < 0 && errno == EINTR)
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);
+  XXH3_128bits_reset(&st);
+  XXH3_128bits_update(&st, key, STORE_KEY_LEN);
+  XXH3_128bits_update(&st, bytes, n);
+  hex128(XXH3_128bits_digest(&st), sum);
+}
+
+/* Is every key marker in the artifact this key's, and (when required) is
+** there one? NULL when so, else the reason in why. A "tc-kernel-key:" not
+** followed by 32 hex digits and a NUL is not a marker (just bytes). */
+static const char *marker_problem(const char *bytes, size_t n,
+                                  const char *key, char *why, size_t wlen)
+{
+  const size_t plen = sizeof STORE_KEY_MARKER - 1;
+  bool found = false;
+  for (const char *p = bytes, *end = bytes + n;
+       (p = memmem(p, (size_t)(end - p), STORE_KEY_MARKER, plen));
+       p += plen) {
+    if ((size_t)(end - p) < MARKER_LEN || p[MARKER_LEN - 1] != '\0' ||
+        !is_hex(p + plen, STORE_KEY_LEN))
       continue;
-    if (r < 0) {
-      XXH3_freeState(s);
-      return -1;
+    if (memcmp(p + plen, key, STORE_KEY_LEN) != 0) {
+      snprintf(why, wlen, "artifact carries the key marker of kernel %.32s",
+               p + plen);
+      return why;
     }
-    XXH3_128bits_update(s, buf, (size_t)r);
-    total += (uint64_t)r;
+    found = true;
   }
-  hex128(XXH3_128bits_digest(s), sum);
-  XXH3_freeState(s);
-  *bytes = total;
-  return 0;
+  if (!found && marker_required) {
+    snprintf(why, wlen, "artifact carries no key marker");
+    return why;
+  }
+  return NULL;
+}
+
+bool store_artifact_has_key(const void *bytes, size_t n, const char *key)
+{
+  char want[MARKER_LEN];
+  if (!bytes || !key || !is_hex(key, STORE_KEY_LEN))
+    return false;
+  memcpy(want, STORE_KEY_MARKER, sizeof STORE_KEY_MARKER - 1);
+  memcpy(want + sizeof STORE_KEY_MARKER - 1, key, STORE_KEY_LEN + 1);
+  return memmem(bytes, n, want, sizeof want) != NULL;
+}
+
+bool store_require_marker(bool on)
+{
+  pthread_mutex_lock(&mu);
+  bool was = marker_required;
+  marker_required = on;
+  pthread_mutex_unlock(&mu);
+  return was;
 }
 
 /* Remove path, but only if it is still the file we judged (st): another
 ** process may have renamed a fresh entry over it since. The file is moved
 ** aside atomically first; a newer one moved aside by mistake goes back
-** unless yet another has arrived meanwhile. */
-static void remove_if_same(const char *dir, const char *path,
-                           const struct stat *st)
+** unless yet another has arrived meanwhile. A directory is only ever
+** rmdir'ed (so only when empty). Nothing is opened. 0, or -1 (errno) when
+** the name could not be removed. */
+static int remove_if_same(const char *dir, const char *path,
+                          const struct stat *st)
 {
+  if (S_ISDIR(st->st_mode))
+    return rmdir(path);
   char aside[PATH_MAX];
   int fd = tmp_open(dir, aside, sizeof aside);
-  if (fd < 0) {
-    unlink(path);
-    return;
-  }
+  if (fd < 0)
+    return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
   close(fd);
   struct stat now;
-  if (rename(path, aside) < 0 || lstat(aside, &now) < 0 ||
-      same_file(&now, st) ||
+  if (rename(path, aside) < 0) {
+    int err = errno;
+    unlink(aside);
+    errno = err;
+    return err == ENOENT ? 0 : -1;
+  }
+  if (lstat(aside, &now) < 0 || same_file(&now, st) ||
       renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) < 0)
     unlink(aside);
+  return 0;
+}
+
+/* Remove a name whatever it is, without opening or following it: unlink,
+** or rmdir for an (empty) directory. 0 or -1 (errno). */
+static int remove_name(const char *path)
+{
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return errno == ENOENT ? 0 : -1;
+  int rc = S_ISDIR(st.st_mode) ? rmdir(path) : unlink(path);
+  return rc < 0 && errno != ENOENT ? -1 : 0;
 }
 
 /* -- Keys and metadata ----------------------------------------------------- */
@@ -258,25 +393,29 @@ void store_meta_free(store_meta *m)
   m->ir = m->source = m->guards = NULL;
 }
 
-/* ORDER META_FIELDS: meta_format and meta_field write/read the same names. */
+/* ORDER META_FIELDS: meta_format writes the names META_FIELDS lists, which
+** meta_parse requires. */
 static char *meta_format(const store_meta *m, size_t *n)
 {
   char *buf = NULL;
   FILE *f = open_memstream(&buf, n);
   if (!f)
     return NULL;
-  /* A value is one line: a stray newline in one would end the header. */
+  /* A value is one line of printable text: a control character (a
+  ** newline would end the header) becomes a space. Each field is a
+  ** bounded array, so no line exceeds STORE_LINE_MAX. */
 #define STR(name)                                                          \
   do {                                                                     \
     fputs(#name ": ", f);                                                  \
-    for (const char *p = m->name; *p; p++)                                 \
-      fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);                       \
+    for (const char *p = m->name; p < m->name + sizeof m->name - 1 && *p;  \
+         p++)                                                              \
+      fputc((unsigned char)*p < 0x20 || *p == 0x7f ? ' ' : *p, f);         \
     fputc('\n', f);                                                        \
   } while (0)
   STR(key); STR(artifact); STR(checksum);
   fprintf(f, "bytes: %" PRIu64 "\n", m->bytes);
   STR(backend); STR(target); STR(compiler); STR(codegen); STR(kind);
-  STR(shape);
+  STR(shape); STR(regions); STR(ops);
 #undef STR
   fprintf(f, "instrs: %d\ncompile_ms: %.3f\ncreated: %" PRId64 "\n"
           "last_used: %" PRId64 "\nhits: %" PRIu64 "\n\n", m->instrs,
@@ -295,75 +434,122 @@ static char *meta_format(const store_meta *m, size_t *n)
   return buf;
 }
 
-static int num_u64(const char *v, uint64_t *out)
+/* A whole decimal number in [lo, hi]. */
+static int num_i64(const char *v, int64_t lo, int64_t hi, int64_t *out)
 {
   char *end;
   errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || end == v || *end || *v == '-')
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
     return -1;
   *out = x;
   return 0;
 }
 
-/* One "name: value" header line into m; -1 when the value is malformed. */
-static int meta_field(store_meta *m, const char *name, const char *v)
+static int num_u64(const char *v, uint64_t *out)
 {
-#define STR(f)                                                             \
-  if (strcmp(name, #f) == 0) {                                             \
-    snprintf(m->f, sizeof m->f, "%s", v);                                  \
-    return 0;                                                              \
-  }
-  STR(backend) STR(target) STR(compiler) STR(codegen) STR(kind) STR(shape)
-#undef STR
-  if (strcmp(name, "key") == 0 || strcmp(name, "checksum") == 0) {
-    if (!is_hex(v, STORE_KEY_LEN))
-      return -1;
-    memcpy(name[0] == 'k' ? m->key : m->checksum, v, STORE_KEY_LEN + 1);
-  } else if (strcmp(name, "artifact") == 0) {
-    if (fmt(m->artifact, sizeof m->artifact, "%s", v) < 0)
-      return -1;
-  } else if (strcmp(name, "bytes") == 0 || strcmp(name, "hits") == 0) {
-    if (num_u64(v, name[0] == 'b' ? &m->bytes : &m->hits) < 0)
-      return -1;
-  } else if (strcmp(name, "instrs") == 0 || strcmp(name, "created") == 0 ||
-             strcmp(name, "last_used") == 0) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end)
-      return -1;
-    if (name[0] == 'i')
-      m->instrs = x > INT_MAX || x < 0 ? -1 : (int)x;
-    else
-      *(name[0] == 'c' ? &m->created : &m->last_used) = x;
-  } else if (strcmp(name, "compile_ms") == 0) {
-    char *end;
-    m->compile_ms = strtod(v, &end);
-    if (end == v || *end)
-      return -1;
-  }
-  return 0;                    /* unknown names: a newer writer's; ignored */
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ')
+    return -1;
+  *out = x;
+  return 0;
 }
 
-/* Parse a whole .meta (text is modified). -1 unless it is well formed and
-** names the one artifact its key and checksum allow. */
+/* ORDER META_FIELDS. Each header name, and its bit in meta_parse's mask. */
+#define META_FIELDS(X)                                                     \
+  X(KEY, key) X(ARTIFACT, artifact) X(CHECKSUM, checksum) X(BYTES, bytes)   \
+  X(BACKEND, backend) X(TARGET, target) X(COMPILER, compiler)              \
+  X(CODEGEN, codegen) X(KIND, kind) X(SHAPE, shape) X(REGIONS, regions)    \
+  X(OPS, ops) X(INSTRS, instrs) X(COMPILE_MS, compile_ms)                  \
+  X(CREATED, created) X(LAST_USED, last_used) X(HITS, hits)
+enum {
+#define X(id, name) F_##id,
+  META_FIELDS(X)
+#undef X
+  NFIELDS
+};
+static const char *const field_name[NFIELDS] = {
+#define X(id, name) #name,
+  META_FIELDS(X)
+#undef X
+};
+#define TIME_MAX ((int64_t)1 << 40)   /* seconds: about 35000 years */
+#define INSTRS_MAX (1 << 20)          /* far above any kernel IR */
+
+/* One header line's value into m; -1 when it is malformed or absurd. */
+static int meta_field(store_meta *m, int f, const char *v)
+{
+  int64_t x;
+  switch (f) {
+#define STR(id, name)                                                      \
+  case F_##id:                                                             \
+    return fmt(m->name, sizeof m->name, "%s", v);
+  STR(ARTIFACT, artifact) STR(BACKEND, backend) STR(TARGET, target)
+  STR(COMPILER, compiler) STR(CODEGEN, codegen) STR(KIND, kind)
+  STR(SHAPE, shape) STR(REGIONS, regions) STR(OPS, ops)
+#undef STR
+  case F_KEY:
+  case F_CHECKSUM:
+    if (!is_hex(v, STORE_KEY_LEN))
+      return -1;
+    memcpy(f == F_KEY ? m->key : m->checksum, v, STORE_KEY_LEN + 1);
+    return 0;
+  case F_BYTES:
+    return num_u64(v, &m->bytes) < 0 || m->bytes > STORE_ARTIFACT_MAX ? -1
+                                                                     : 0;
+  case F_INSTRS:
+    if (num_i64(v, 0, INSTRS_MAX, &x) < 0)
+      return -1;
+    m->instrs = (int)x;
+    return 0;
+  case F_COMPILE_MS: {
+    char *end;
+    errno = 0;
+    m->compile_ms = strtod(v, &end);
+    return errno || end == v || *end || !isfinite(m->compile_ms) ||
+           m->compile_ms < 0 || m->compile_ms > 1e9 ? -1 : 0;
+  }
+  case F_CREATED:
+    return num_i64(v, 0, TIME_MAX, &m->created);
+  case F_LAST_USED:
+    return num_i64(v, 0, TIME_MAX, &m->last_used);
+  case F_HITS:
+    return num_u64(v, &m->hits);
+  }
+  return -1;
+}
+
+/* Parse a whole .meta (text is modified). -1 unless it is well formed:
+** every line bounded and printable, every field present once and sane,
+** and the artifact the one name its key and checksum allow. */
 static int meta_parse(char *text, store_meta *m)
 {
   memset(m, 0, sizeof *m);
-  bool seen_bytes = false;
+  unsigned seen = 0;
   char *line = text, *nl;
   for (; (nl = strchr(line, '\n')) && nl != line; line = nl + 1) {
+    if (nl - line >= STORE_LINE_MAX)
+      return -1;
     *nl = '\0';
+    for (const char *p = line; *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f)
+        return -1;
     char *colon = strstr(line, ": ");
     if (!colon)
       return -1;
     *colon = '\0';
-    if (meta_field(m, line, colon + 2) < 0)
+    int f = 0;
+    while (f < NFIELDS && strcmp(line, field_name[f]) != 0)
+      f++;
+    if (f == NFIELDS)
+      continue;                /* a newer writer's field: ignored */
+    if (seen & (1u << f) || meta_field(m, f, colon + 2) < 0)
       return -1;
-    seen_bytes |= strcmp(line, "bytes") == 0;
+    seen |= 1u << f;
   }
-  if (!nl || !m->key[0] || !m->checksum[0] || !seen_bytes)
+  if (!nl || seen != (1u << NFIELDS) - 1)
     return -1;
   /* The artifact name is derived, never trusted: no "../" can get in. */
   char want[sizeof m->artifact];
@@ -405,32 +591,27 @@ static int meta_parse(char *text, store_meta *m)
   }
 }
 
-typedef enum { M_OK, M_ABSENT, M_BAD, M_UNSAFE } meta_status;
+typedef enum { M_OK, M_ABSENT, M_BAD, M_NOTREG, M_UNSAFE } meta_status;
 
-/* Read and parse the .meta at path; *st gets the file it read. */
+/* Read and parse the .meta at path; *st gets the file it judged. */
 static meta_status meta_load(const char *path, store_meta *m, struct stat *st)
 {
   memset(m, 0, sizeof *m);
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open_reg(path, st);
+  if (fd == NOT_REG)
+    return M_NOTREG;
   if (fd < 0)
-    return errno == ENOENT ? M_ABSENT : errno == ELOOP ? M_UNSAFE : M_BAD;
+    return errno == ENOENT ? M_ABSENT : M_BAD;
   meta_status rc = M_BAD;
   char *buf = NULL;
-  if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))
-    goto out;
   if (!safe(st)) {
     rc = M_UNSAFE;
     goto out;
   }
   if ((uint64_t)st->st_size > META_MAX ||
-      !(buf = malloc((size_t)st->st_size + 1)))
+      !(buf = read_all(fd, (size_t)st->st_size)))
     goto out;
-  size_t n = 0;
-  for (ssize_t r; n < (size_t)st->st_size; n += (size_t)r)
-    if ((r = read(fd, buf + n, (size_t)st->st_size - n)) <= 0)
-      goto out;
-  buf[n] = '\0';
-  if (strlen(buf) == n && meta_parse(buf, m) == 0)
+  if (strlen(buf) == (size_t)st->st_size && meta_parse(buf, m) == 0)
     rc = M_OK;
   else
     store_meta_free(m);
@@ -445,16 +626,19 @@ out:
 typedef enum {
   E_OK,        /* meta and artifact verified */
   E_ABSENT,    /* no meta */
-  E_BADMETA,   /* meta unreadable or unparsable: remove it */
+  E_BADMETA,   /* meta unreadable, malformed, for another key or not a
+                  regular file: remove it */
   E_MISSING,   /* artifact gone: remove the meta */
-  E_BADART,    /* artifact ours but wrong size or checksum: remove both */
+  E_BADART,    /* artifact ours but not a regular file, or of the wrong
+                  size, checksum or key marker: remove both */
   E_UNSAFE     /* not ours or writable by others: never load */
 } entry_status;
 
 /* Verify the entry for key in dir: meta parses and is for this key, the
-** artifact is a private regular file of the recorded size and checksum.
-** On E_OK *m is filled (caller frees); mst and ast are the meta and
-** artifact files judged, art the artifact's name ("" if the meta is bad). */
+** artifact is a private regular file of the recorded size, key-bound
+** checksum and key marker. On E_OK *m is filled (caller frees); mst and
+** ast are the meta and artifact files judged, art the artifact's name (""
+** if the meta is bad). */
 static entry_status entry_check(const char *dir, const char *key,
                                 store_meta *m, struct stat *mst,
                                 struct stat *ast, char art[128], char *why,
@@ -462,12 +646,17 @@ static entry_status entry_check(const char *dir, const char *key,
 {
   char path[PATH_MAX];
   art[0] = '\0';
-  fmt(path, sizeof path, "%s/%s.meta", dir, key);
+  memset(ast, 0, sizeof *ast);
+  if (fmt(path, sizeof path, "%s/%s.meta", dir, key) < 0)
+    return E_ABSENT;
   switch (meta_load(path, m, mst)) {
   case M_ABSENT: return E_ABSENT;
   case M_UNSAFE:
     snprintf(why, wlen, "meta not private (owner or mode)");
     return E_UNSAFE;
+  case M_NOTREG:
+    snprintf(why, wlen, "meta is %s", type_name(mst->st_mode));
+    return E_BADMETA;
   case M_BAD:
     snprintf(why, wlen, "meta unreadable or malformed");
     return E_BADMETA;
@@ -475,35 +664,44 @@ static entry_status entry_check(const char *dir, const char *key,
   }
   snprintf(art, 128, "%s", m->artifact);
   entry_status rc = E_BADART;
+  char *bytes = NULL;
   if (strcmp(m->key, key) != 0) {
     snprintf(why, wlen, "meta is for key %s", m->key);
     rc = E_BADMETA;
     goto bad;
   }
-  fmt(path, sizeof path, "%s/%s", dir, m->artifact);
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    int err = errno;
-    snprintf(why, wlen, "artifact %s: %s", m->artifact, strerror(err));
-    rc = err == ELOOP ? E_UNSAFE : E_MISSING;
+  if (fmt(path, sizeof path, "%s/%s", dir, m->artifact) < 0) {
+    snprintf(why, wlen, "path too long");
+    rc = E_BADMETA;
     goto bad;
   }
-  uint64_t bytes = 0;
+  int fd = open_reg(path, ast);
+  if (fd == NOT_REG) {
+    snprintf(why, wlen, "artifact is %s", type_name(ast->st_mode));
+    goto bad;
+  }
+  if (fd < 0) {
+    snprintf(why, wlen, "artifact %s: %s", m->artifact, strerror(errno));
+    rc = E_MISSING;
+    goto bad;
+  }
   char sum[STORE_KEY_LEN + 1];
-  if (fstat(fd, ast) < 0 || !S_ISREG(ast->st_mode) || !safe(ast)) {
-    snprintf(why, wlen, "artifact not a private regular file");
+  if (!safe(ast)) {
+    snprintf(why, wlen, "artifact not private (owner or mode)");
     rc = E_UNSAFE;
   } else if ((uint64_t)ast->st_size != m->bytes) {
     snprintf(why, wlen, "artifact is %lld bytes, meta says %" PRIu64,
              (long long)ast->st_size, m->bytes);
-  } else if (hash_fd(fd, &bytes, sum) < 0 || bytes != m->bytes) {
+  } else if (!(bytes = read_all(fd, (size_t)m->bytes))) {
     snprintf(why, wlen, "artifact unreadable");
-  } else if (strcmp(sum, m->checksum) != 0) {
+  } else if (artifact_sum(key, bytes, (size_t)m->bytes, sum),
+             strcmp(sum, m->checksum) != 0) {
     snprintf(why, wlen, "artifact checksum %s, meta says %s", sum,
              m->checksum);
-  } else {
+  } else if (!marker_problem(bytes, (size_t)m->bytes, key, why, wlen)) {
     rc = E_OK;
   }
+  free(bytes);
   close(fd);
   if (rc == E_OK)
     return rc;
@@ -513,18 +711,25 @@ bad:
 }
 
 /* Remove what a failed check condemned (see entry_status); only the very
-** files judged, since a concurrent put may have replaced either. */
-static void entry_remove(const char *dir, const char *key, entry_status rc,
-                         const struct stat *mst, const struct stat *ast,
-                         const char *artifact)
+** files judged, since a concurrent put may have replaced either. 0, or -1
+** when something could not be removed (errno). */
+static int entry_remove(const char *dir, const char *key, entry_status rc,
+                        const struct stat *mst, const struct stat *ast,
+                        const char *artifact)
 {
   char path[PATH_MAX];
-  fmt(path, sizeof path, "%s/%s.meta", dir, key);
-  if (rc == E_BADMETA || rc == E_MISSING || rc == E_BADART)
-    remove_if_same(dir, path, mst);
-  if (rc == E_BADART && artifact[0] &&
-      fmt(path, sizeof path, "%s/%s", dir, artifact) == 0)
-    remove_if_same(dir, path, ast);
+  int ret = 0;
+  if (fmt(path, sizeof path, "%s/%s.meta", dir, key) == 0 &&
+      (rc == E_BADMETA || rc == E_MISSING || rc == E_BADART) &&
+      remove_if_same(dir, path, mst) < 0)
+    ret = -1;
+  int err = errno;
+  if (rc == E_BADART && artifact[0] && ast->st_ino &&
+      fmt(path, sizeof path, "%s/%s", dir, artifact) == 0 &&
+      remove_if_same(dir, path, ast) < 0)
+    return -1;
+  errno = err;
+  return ret;
 }
 
 /* The artifact the current meta for key names ("" if none or bad). */
@@ -535,8 +740,8 @@ static void artifact_of(const char *dir, const char *key, char *out,
   store_meta m;
   struct stat st;
   out[0] = '\0';
-  fmt(path, sizeof path, "%s/%s.meta", dir, key);
-  if (meta_load(path, &m, &st) == M_OK) {
+  if (fmt(path, sizeof path, "%s/%s.meta", dir, key) == 0 &&
+      meta_load(path, &m, &st) == M_OK) {
     snprintf(out, len, "%s", m.artifact);
     store_meta_free(&m);
   }
@@ -544,7 +749,7 @@ static void artifact_of(const char *dir, const char *key, char *out,
 
 /* -- Opening the store ----------------------------------------------------- */
 
-int store_open(const char *root, char *why, size_t wlen)
+static int open_root(const char *root, bool create, char *why, size_t wlen)
 {
   char base[PATH_MAX], dir[PATH_MAX];
   char dummy[8];
@@ -569,16 +774,27 @@ int store_open(const char *root, char *why, size_t wlen)
     root = base;
   }
   struct stat st;
-  if (fmt(dir, sizeof dir, "%s/v1", root) < 0) {
+  if (fmt(dir, sizeof dir, "%s/" STORE_LAYOUT, root) < 0) {
     snprintf(why, wlen, "cache path too long");
     return -1;
   }
-  if (mkdirs(dir) < 0) {
+  if (create && mkdirs(dir) < 0) {
     snprintf(why, wlen, "%s: cannot create: %s", dir, strerror(errno));
     return -1;
   }
-  if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-    snprintf(why, wlen, "%s: not a directory", dir);
+  if (lstat(dir, &st) < 0) {
+    if (errno == ENOENT && lstat(root, &st) < 0)
+      snprintf(why, wlen, "%s: no such directory", root);
+    else if (errno == ENOENT)
+      snprintf(why, wlen, "%s: no kernel store here (no %s)", root,
+               STORE_LAYOUT);
+    else
+      snprintf(why, wlen, "%s: %s", dir, strerror(errno));
+    return -1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, wlen, "%s: not a directory (%s)", dir,
+             type_name(st.st_mode));
     return -1;
   }
   if (st.st_uid != geteuid()) {
@@ -592,19 +808,29 @@ int store_open(const char *root, char *why, size_t wlen)
     return -1;
   }
   pthread_mutex_lock(&mu);
-  snprintf(v1, sizeof v1, "%s", dir);
+  snprintf(root_dir, sizeof root_dir, "%s", dir);
   pthread_mutex_unlock(&mu);
   return 0;
 }
 
-bool store_is_open(void) { return v1[0] != '\0'; }
+int store_open(const char *root, char *why, size_t wlen)
+{
+  return open_root(root, true, why, wlen);
+}
 
-const char *store_root(void) { return v1[0] ? v1 : NULL; }
+int store_open_existing(const char *root, char *why, size_t wlen)
+{
+  return open_root(root, false, why, wlen);
+}
+
+bool store_is_open(void) { return root_dir[0] != '\0'; }
+
+const char *store_root(void) { return root_dir[0] ? root_dir : NULL; }
 
 void store_close(void)
 {
   pthread_mutex_lock(&mu);
-  v1[0] = '\0';
+  root_dir[0] = '\0';
   pthread_mutex_unlock(&mu);
 }
 
@@ -637,11 +863,11 @@ static void record_hit(const char *dir, store_meta *m, const struct stat *mst)
     free(text);
     return;
   }
-  fmt(path, sizeof path, "%s/%s.meta", dir, m->key);
   struct stat now;
   bool ok = write_all(fd, text, n) == 0;
   ok = close(fd) == 0 && ok;
-  if (!ok || lstat(path, &now) < 0 || !same_file(&now, mst) ||
+  if (!ok || fmt(path, sizeof path, "%s/%s.meta", dir, m->key) < 0 ||
+      lstat(path, &now) < 0 || !same_file(&now, mst) ||
       rename(tmp, path) < 0)
     unlink(tmp);
   free(text);
@@ -683,8 +909,8 @@ int store_get(const char *key, store_meta *m, char *so_path, size_t len)
       goto out;
     }
     char path[PATH_MAX];
-    fmt(path, sizeof path, "%s/%s.meta", dir, key);
-    if (lstat(path, &st) == 0 && !same_file(&st, &mst))
+    if (fmt(path, sizeof path, "%s/%s.meta", dir, key) == 0 &&
+        lstat(path, &st) == 0 && !same_file(&st, &mst))
       continue;                /* replaced meanwhile: judge the new one */
     logc("kernel %.12s: bad entry removed (%s)", key, why);
     entry_remove(dir, key, rc, &mst, &ast, art);
@@ -695,18 +921,15 @@ out:
   return ret;
 }
 
-/* Copy src into a fresh temp file in dir (when tmp_so is on another file
-** system and rename cannot move it). */
-static int copy_in(int src, const char *dir, char *tmp, size_t len)
+/* Write n bytes into a fresh temp file in dir (when tmp_so is on another
+** file system and rename cannot move it). */
+static int copy_in(const char *bytes, size_t n, const char *dir, char *tmp,
+                   size_t len)
 {
   int fd = tmp_open(dir, tmp, len);
   if (fd < 0)
     return -1;
-  char buf[1 << 16];
-  ssize_t r;
-  int rc = lseek(src, 0, SEEK_SET) == 0 ? 0 : -1;
-  while (rc == 0 && (r = read(src, buf, sizeof buf)) != 0)
-    rc = r < 0 ? (errno == EINTR ? 0 : -1) : write_all(fd, buf, (size_t)r);
+  int rc = write_all(fd, bytes, n);
   if (close(fd) < 0)
     rc = -1;
   if (rc < 0)
@@ -717,28 +940,37 @@ static int copy_in(int src, const char *dir, char *tmp, size_t len)
 int store_put(const char *key, const char *tmp_so, const store_meta *m)
 {
   char dir[PATH_MAX], art[PATH_MAX], mpath[PATH_MAX], copy[PATH_MAX] = "";
+  char why[128];
   if (!tmp_so || !m)
     return -1;
   store_meta e = *m;           /* shallow: the texts stay the caller's */
   struct stat st;
   int ret = -1, fd = -1;
-  char *text = NULL;
+  char *text = NULL, *bytes = NULL;
   size_t n;
   pthread_mutex_lock(&mu);
   if (key_dir_make(key, dir, sizeof dir) < 0)
     goto out;
-  /* The artifact: private, then named by its content. */
-  fd = open(tmp_so, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-      fchmod(fd, 0600) < 0 || hash_fd(fd, &e.bytes, e.checksum) < 0)
+  /* The artifact: a private regular file, bound to this key, then named
+  ** by its checksum. */
+  fd = open_reg(tmp_so, &st);
+  if (fd < 0 || (uint64_t)st.st_size > STORE_ARTIFACT_MAX ||
+      fchmod(fd, 0600) < 0 || !(bytes = read_all(fd, (size_t)st.st_size)))
     goto out;
+  e.bytes = (uint64_t)st.st_size;
+  if (marker_problem(bytes, (size_t)e.bytes, key, why, sizeof why)) {
+    logc("kernel %.12s: %s; not stored", key, why);
+    goto out;
+  }
+  artifact_sum(key, bytes, (size_t)e.bytes, e.checksum);
   memcpy(e.key, key, STORE_KEY_LEN + 1);
   snprintf(e.artifact, sizeof e.artifact, "%s-%s.so", key, e.checksum);
   if (fmt(art, sizeof art, "%s/%s", dir, e.artifact) < 0 ||
       fmt(mpath, sizeof mpath, "%s/%s.meta", dir, key) < 0)
     goto out;
   if (rename(tmp_so, art) < 0) {
-    if (errno != EXDEV || copy_in(fd, dir, copy, sizeof copy) < 0)
+    if (errno != EXDEV || copy_in(bytes, (size_t)e.bytes, dir, copy,
+                                  sizeof copy) < 0)
       goto out;
     if (rename(copy, art) < 0) {
       unlink(copy);
@@ -752,6 +984,10 @@ int store_put(const char *key, const char *tmp_so, const store_meta *m)
     snprintf(e.codegen, sizeof e.codegen, "%s", STORE_CODEGEN_VERSION);
   e.created = e.last_used = (int64_t)time(NULL);
   e.hits = 0;
+  if (e.instrs < 0 || e.instrs > INSTRS_MAX)
+    e.instrs = 0;
+  if (!isfinite(e.compile_ms) || e.compile_ms < 0 || e.compile_ms > 1e9)
+    e.compile_ms = 0;
   if (!(text = meta_format(&e, &n)) ||
       write_atomic(dir, mpath, text, n) < 0) {
     /* Leave the artifact only if a meta (another process's) names it. */
@@ -768,6 +1004,7 @@ out:
     unlink(tmp_so);            /* consumed either way: no temp left behind */
   if (fd >= 0)
     close(fd);
+  free(bytes);
   free(text);
   pthread_mutex_unlock(&mu);
   return ret;
@@ -780,15 +1017,24 @@ static int cmp_str(const void *a, const void *b)
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The sorted names in dir (not . or ..); NULL with *n = -1 on error. */
+/* The sorted names in dir (not . or ..), when dir is a private directory
+** (opened without following a link); NULL with *n = -1 otherwise. */
 static char **list_dir(const char *dir, int *n)
 {
-  DIR *d = opendir(dir);
   char **v = NULL;
   int cap = 0;
+  struct stat st;
   *n = -1;
-  if (!d)
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK |
+                O_CLOEXEC);
+  if (fd < 0)
     return NULL;
+  DIR *d = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && safe(&st)
+             ? fdopendir(fd) : NULL;
+  if (!d) {
+    close(fd);
+    return NULL;
+  }
   *n = 0;
   for (struct dirent *de; (de = readdir(d));) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -828,25 +1074,43 @@ static const char *meta_key(const char *name, char key[STORE_KEY_LEN + 1])
   return is_hex(key, STORE_KEY_LEN) ? key : NULL;
 }
 
-/* Call fn(ctx, "<v1>/<kk>", names, n) for every two-hex-digit directory. */
-typedef int (*dir_fn)(void *ctx, const char *dir, char **names, int n);
+static bool is_artifact(const char *name)
+{
+  size_t n = strlen(name);
+  return n == 2 * STORE_KEY_LEN + 4 && strcmp(name + n - 3, ".so") == 0;
+}
+
+static bool is_temp(const char *name)
+{
+  return strncmp(name, ".tmp-", 5) == 0;
+}
+
+/* Call fn(ctx, "<root>/<kk>", names, n, st) for every two-hex-digit name
+** under the root: with its sorted names (n >= 0) when it is a private
+** directory; with names NULL and n = -1 when it is anything else (a link,
+** a file, a directory not ours or open to others: *st says which), which
+** only verify and clear look at. Stops when fn returns nonzero. */
+typedef int (*dir_fn)(void *ctx, const char *dir, char **names, int n,
+                      const struct stat *st);
 static int each_dir(dir_fn fn, void *ctx)
 {
   int nd, rc = 0;
-  if (!v1[0])
+  if (!root_dir[0])
     return -1;
-  char **sub = list_dir(v1, &nd);
+  char **sub = list_dir(root_dir, &nd);
   if (nd < 0)
     return -1;
   for (int i = 0; i < nd && rc == 0; i++) {
     char dir[PATH_MAX];
-    int n;
+    struct stat st;
+    int n = -1;
     if (strlen(sub[i]) != 2 || !is_hex(sub[i], 2) ||
-        fmt(dir, sizeof dir, "%s/%s", v1, sub[i]) < 0)
+        fmt(dir, sizeof dir, "%s/%s", root_dir, sub[i]) < 0 ||
+        lstat(dir, &st) < 0)
       continue;
-    char **names = list_dir(dir, &n);
-    if (n >= 0)
-      rc = fn(ctx, dir, names, n);
+    char **names = S_ISDIR(st.st_mode) && safe(&st) ? list_dir(dir, &n)
+                                                    : NULL;
+    rc = fn(ctx, dir, names, n, &st);
     free_list(names, n);
   }
   free_list(sub, nd);
@@ -860,10 +1124,12 @@ typedef struct {
   bool stop;
 } each_ctx;
 
-static int each_one(void *ctx, const char *dir, char **names, int n)
+static int each_one(void *ctx, const char *dir, char **names, int n,
+                    const struct stat *dst)
 {
   each_ctx *c = ctx;
   char key[STORE_KEY_LEN + 1], path[PATH_MAX];
+  (void)dst;
   for (int i = 0; i < n && !c->stop; i++) {
     if (!meta_key(names[i], key) ||
         fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
@@ -892,42 +1158,56 @@ int store_each(store_visit_fn fn, void *ctx)
 
 /* A leftover temp or an artifact no meta names: removable once it is old
 ** enough not to be a put in flight (the artifact lands before its meta). */
-static bool stale(const char *dir, const char *name)
+static bool stale(const struct stat *st)
 {
-  char path[PATH_MAX];
-  struct stat st;
-  if (fmt(path, sizeof path, "%s/%s", dir, name) < 0 || lstat(path, &st) < 0)
-    return false;
-  return st.st_mtime + GRACE_S < time(NULL);
-}
-
-static bool is_artifact(const char *name)
-{
-  size_t n = strlen(name);
-  return n == 2 * STORE_KEY_LEN + 4 && strcmp(name + n - 3, ".so") == 0;
+  return st->st_mtime + GRACE_S < time(NULL);
 }
 
 typedef struct {
   FILE *report;
-  int problems;
+  int problems, failed;
 } verify_ctx;
 
-static int verify_dir(void *ctx, const char *dir, char **names, int n)
+/* Report a problem with path and remove it (rc: the removal's result). */
+static void verify_removed(verify_ctx *c, const char *path, const char *why,
+                           int rc)
+{
+  c->problems++;
+  if (rc == 0) {
+    say(c->report, "%s: %s: removed\n", path, why);
+  } else {
+    c->failed++;
+    say(c->report, "%s: %s: could not remove: %s\n", path, why,
+        strerror(errno));
+  }
+}
+
+static int verify_dir(void *ctx, const char *dir, char **names, int n,
+                      const struct stat *dst)
 {
   verify_ctx *c = ctx;
   char key[STORE_KEY_LEN + 1], why[256], art[128], path[PATH_MAX];
   struct stat st, ast;
-  if (lstat(dir, &st) < 0 || !safe(&st)) {
-    if (c->report)
-      fprintf(c->report, "%s: not a private directory (left alone)\n", dir);
-    c->problems++;
+  if (n < 0) {
+    if (S_ISDIR(dst->st_mode)) {
+      say(c->report, "%s: %s\n", dir, safe(dst)
+          ? "cannot be read (left alone)"
+          : "not a private directory (left alone)");
+      c->problems++;
+      c->failed++;
+    } else {                   /* a link or a file where a directory goes */
+      snprintf(why, sizeof why, "%s, not a directory",
+               type_name(dst->st_mode));
+      verify_removed(c, dir, why, remove_name(dir));
+    }
     return 0;
   }
   bool *used = calloc((size_t)n + 1, sizeof *used);
   if (!used)
     return -1;
   for (int i = 0; i < n; i++) {
-    if (!meta_key(names[i], key))
+    if (!meta_key(names[i], key) ||
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
       continue;
     store_meta m;
     entry_status rc = entry_check(dir, key, &m, &st, &ast, art, why,
@@ -940,22 +1220,33 @@ static int verify_dir(void *ctx, const char *dir, char **names, int n)
         used[j] |= strcmp(names[j], art) == 0;
       continue;
     }
-    if (c->report)
-      fprintf(c->report, "%s/%s: %s: removed\n", dir, names[i], why);
-    c->problems++;
+    int r;
     if (rc == E_UNSAFE) {      /* verify is explicit: unsafe goes too */
-      fmt(path, sizeof path, "%s/%s", dir, names[i]);
-      unlink(path);
-      if (art[0] && fmt(path, sizeof path, "%s/%s", dir, art) == 0)
-        unlink(path);          /* and its artifact, whoever owns it */
-      continue;
+      char apath[PATH_MAX];
+      r = remove_name(path);
+      int err = errno;
+      if (art[0] && fmt(apath, sizeof apath, "%s/%s", dir, art) == 0 &&
+          remove_name(apath) < 0)
+        r = -1;                /* and its artifact, whoever owns it */
+      else
+        errno = err;
+    } else {
+      r = entry_remove(dir, key, rc, &st, &ast, art);
     }
-    entry_remove(dir, key, rc, &st, &ast, art);
+    verify_removed(c, path, why, r);
   }
   for (int i = 0; i < n; i++) {
-    bool tmp = strncmp(names[i], ".tmp-", 5) == 0;
-    if (used[i] || !(tmp || is_artifact(names[i])) || !stale(dir, names[i]) ||
-        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
+    bool tmp = is_temp(names[i]);
+    if (used[i] || !(tmp || is_artifact(names[i])) ||
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0 ||
+        lstat(path, &st) < 0)
+      continue;
+    if (!S_ISREG(st.st_mode)) {   /* never a put in flight: goes now */
+      snprintf(why, sizeof why, "%s", type_name(st.st_mode));
+      verify_removed(c, path, why, remove_name(path));
+      continue;
+    }
+    if (!stale(&st))
       continue;
     /* A meta may have appeared for it since the scan began: re-check. */
     if (!tmp) {
@@ -965,78 +1256,137 @@ static int verify_dir(void *ctx, const char *dir, char **names, int n)
       if (strcmp(art, names[i]) == 0)
         continue;
     }
-    if (c->report)
-      fprintf(c->report, "%s: %s: removed\n", path,
-              tmp ? "stale temporary" : "orphaned artifact");
-    c->problems++;
-    unlink(path);
+    verify_removed(c, path, tmp ? "stale temporary" : "orphaned artifact",
+                   unlink(path) < 0 && errno != ENOENT ? -1 : 0);
   }
   free(used);
   return 0;
 }
 
-int store_verify(FILE *report)
+int store_verify(FILE *report, int *failed)
 {
-  verify_ctx c = { report, 0 };
+  verify_ctx c = { report, 0, 0 };
   pthread_mutex_lock(&mu);
   int rc = each_dir(verify_dir, &c);
   pthread_mutex_unlock(&mu);
+  if (failed)
+    *failed = c.failed;
   return rc < 0 ? -1 : c.problems;
 }
+
+/* -- Size and eviction ----------------------------------------------------- */
 
 typedef struct {
   char dir[PATH_MAX - 64];
   char key[STORE_KEY_LEN + 1];
   char artifact[128];
-  uint64_t bytes;
+  uint64_t bytes;              /* meta + artifact */
   int64_t last_used, created, mtime;
 } lru_item;
 
 typedef struct {
   lru_item *v;
   int n, cap;
-  uint64_t total;
+  uint64_t total;              /* every byte, evictable or not */
+  bool reap;                   /* remove stale temps and orphans */
+  bool collect;                /* gather entries for eviction */
 } lru_ctx;
 
-static int lru_collect(void *ctx, const char *dir, char **names, int n)
+static uint64_t size_of(const char *dir, const char *name)
+{
+  char path[PATH_MAX];
+  struct stat st;
+  if (fmt(path, sizeof path, "%s/%s", dir, name) < 0 ||
+      lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+    return 0;
+  return (uint64_t)st.st_size;
+}
+
+/* Count every regular file in dir; with collect, list each good entry
+** (its meta and artifact bytes) for eviction; with reap, first remove the
+** stale temporaries and orphaned artifacts, which count for nothing. */
+static int lru_collect(void *ctx, const char *dir, char **names, int n,
+                       const struct stat *dst)
 {
   lru_ctx *c = ctx;
   char key[STORE_KEY_LEN + 1], path[PATH_MAX];
+  (void)dst;
+  if (n < 0)
+    return 0;
+  bool *used = calloc((size_t)n + 1, sizeof *used);
+  if (!used)
+    return -1;
   for (int i = 0; i < n; i++) {
     store_meta m;
     struct stat st;
-    if (strncmp(names[i], ".tmp-", 5) == 0 && stale(dir, names[i]) &&
-        fmt(path, sizeof path, "%s/%s", dir, names[i]) == 0)
-      unlink(path);            /* a crashed writer's leftovers */
     if (!meta_key(names[i], key) ||
         fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0 ||
         meta_load(path, &m, &st) != M_OK)
       continue;
-    if (c->n == c->cap) {
-      c->cap = c->cap ? 2 * c->cap : 64;
-      lru_item *nv = realloc(c->v, (size_t)c->cap * sizeof *nv);
-      if (!nv) {
-        store_meta_free(&m);
-        return -1;
+    char *const *hit = bsearch(&(const char *){ m.artifact }, names,
+                               (size_t)n, sizeof *names, cmp_str);
+    uint64_t abytes = 0;
+    if (hit) {
+      used[hit - names] = true;
+      abytes = size_of(dir, *hit);
+    }
+    used[i] = true;
+    uint64_t bytes = (uint64_t)st.st_size + abytes;
+    c->total += bytes;
+    if (c->collect) {
+      if (c->n == c->cap) {
+        int ncap = c->cap ? 2 * c->cap : 64;
+        lru_item *nv = realloc(c->v, (size_t)ncap * sizeof *nv);
+        if (!nv) {
+          store_meta_free(&m);
+          free(used);
+          return -1;
+        }
+        c->v = nv;
+        c->cap = ncap;
       }
-      c->v = nv;
+      lru_item *it = &c->v[c->n];
+      if (snprintf(it->dir, sizeof it->dir, "%s", dir) < (int)sizeof it->dir) {
+        c->n++;                /* (a path too long to evict by is skipped) */
+        memcpy(it->key, key, sizeof key);
+        snprintf(it->artifact, sizeof it->artifact, "%s", m.artifact);
+        it->bytes = bytes;
+        it->last_used = m.last_used;
+        it->created = m.created;
+        it->mtime = mtime_ns(&st);  /* sub-second order: hits rewrite it */
+      }
     }
-    lru_item *it = &c->v[c->n];
-    if (snprintf(it->dir, sizeof it->dir, "%s", dir) >= (int)sizeof it->dir) {
-      store_meta_free(&m);   /* a path too long to evict by: skip it */
-      continue;
-    }
-    c->n++;
-    memcpy(it->key, key, sizeof key);
-    snprintf(it->artifact, sizeof it->artifact, "%s", m.artifact);
-    it->bytes = m.bytes;
-    it->last_used = m.last_used;
-    it->created = m.created;
-    it->mtime = mtime_ns(&st);  /* sub-second order: hits rewrite the meta */
-    c->total += m.bytes;
     store_meta_free(&m);
   }
+  for (int i = 0; i < n; i++) {
+    struct stat st;
+    if (used[i] || fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0 ||
+        lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (c->reap && stale(&st) &&
+        (is_temp(names[i]) || is_artifact(names[i]))) {
+      char art[128] = "";
+      if (is_artifact(names[i])) {    /* named by a meta since the scan? */
+        memcpy(key, names[i], STORE_KEY_LEN);
+        key[STORE_KEY_LEN] = '\0';
+        artifact_of(dir, key, art, sizeof art);
+      }
+      if (strcmp(art, names[i]) != 0 && unlink(path) == 0)
+        continue;              /* a crashed writer's leftovers: gone */
+    }
+    c->total += (uint64_t)st.st_size;   /* temps in flight, bad metas... */
+  }
+  free(used);
   return 0;
+}
+
+int64_t store_size(void)
+{
+  lru_ctx c = { 0 };
+  pthread_mutex_lock(&mu);
+  int rc = each_dir(lru_collect, &c);
+  pthread_mutex_unlock(&mu);
+  return rc < 0 ? -1 : (int64_t)c.total;
 }
 
 /* Oldest first: last_used, then within its second the meta's mtime (every
@@ -1056,7 +1406,7 @@ static int cmp_lru(const void *a, const void *b)
 
 int64_t store_prune(uint64_t max_bytes)
 {
-  lru_ctx c = { 0 };
+  lru_ctx c = { .reap = true, .collect = true };
   int64_t freed = 0;
   char path[PATH_MAX];
   pthread_mutex_lock(&mu);
@@ -1085,30 +1435,52 @@ out:
   return freed;
 }
 
-static int clear_dir(void *ctx, const char *dir, char **names, int n)
+/* -- Clearing and totals --------------------------------------------------- */
+
+typedef struct {
+  FILE *report;
+  int removed, failed;
+} clear_ctx;
+
+static int clear_dir(void *ctx, const char *dir, char **names, int n,
+                     const struct stat *dst)
 {
-  int *removed = ctx;
+  clear_ctx *c = ctx;
   char key[STORE_KEY_LEN + 1], path[PATH_MAX];
+  if (n < 0) {
+    if (!S_ISDIR(dst->st_mode) && remove_name(dir) == 0)
+      return 0;                /* a stray link or file: gone */
+    c->failed++;
+    say(c->report, "%s: %s\n", dir, !S_ISDIR(dst->st_mode) ? strerror(errno)
+        : safe(dst) ? "cannot be read (left alone)"
+                    : "not a private directory (left alone)");
+    return 0;
+  }
   for (int i = 0; i < n; i++) {
     bool meta = meta_key(names[i], key) != NULL;
-    bool ours = meta || is_artifact(names[i]) ||
-                strncmp(names[i], ".tmp-", 5) == 0;
-    if (!ours || fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
+    if (!(meta || is_artifact(names[i]) || is_temp(names[i])) ||
+        fmt(path, sizeof path, "%s/%s", dir, names[i]) < 0)
       continue;
-    if (unlink(path) == 0 && meta)
-      (*removed)++;
+    if (remove_name(path) < 0) {
+      c->failed++;
+      say(c->report, "%s: cannot remove: %s\n", path, strerror(errno));
+    } else if (meta) {
+      c->removed++;
+    }
   }
   rmdir(dir);                  /* fails harmlessly when something remains */
   return 0;
 }
 
-int store_clear(void)
+int store_clear(FILE *report, int *failed)
 {
-  int removed = 0;
+  clear_ctx c = { report, 0, 0 };
   pthread_mutex_lock(&mu);
-  int rc = each_dir(clear_dir, &removed);
+  int rc = each_dir(clear_dir, &c);
   pthread_mutex_unlock(&mu);
-  return rc < 0 ? -1 : removed;
+  if (failed)
+    *failed = c.failed;
+  return rc < 0 ? -1 : c.removed;
 }
 
 static int add_totals(void *ctx, const char *path, const store_meta *m)

@@ -128,10 +128,53 @@ static void store_lazy_open(void)
                why);
 }
 
+/* Append name to the space-separated list in buf; false (with " ...")
+** once it is full. */
+static bool ops_add(char *buf, size_t len, size_t *n, const char *name)
+{
+  if (*n + strlen(name) + 6 >= len) {
+    snprintf(buf + *n, len - *n, "%s...", *n ? " " : "");
+    return false;
+  }
+  *n += (size_t)snprintf(buf + *n, len - *n, "%s%s", *n ? " " : "", name);
+  return true;
+}
+
+/* The ops fused into k, in order, for the store's `ops:` field: its
+** primitives and casts, and each reduction where its result is read. */
+static void ops_text(const kir_kernel *k, char *buf, size_t len)
+{
+  static const char *const red[] = { "SUM", "MAX", "MIN" };  /* kir_red */
+  bool named[KIR_MAX_PASSES] = { false };
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < k->ninstrs; i++) {
+    const kir_instr *in = &k->ins[i];
+    const char *name = NULL;
+    if (in->op == KOP_ROWVAR && in->ref >= 0 && in->ref < k->npasses &&
+        !named[in->ref]) {
+      named[in->ref] = true;
+      name = red[k->pass[in->ref].red % 3];
+    } else if (in->op < KOP_CONST || in->op == KOP_CAST) {
+      name = kir_opname[in->op];
+    }
+    if (name && !ops_add(buf, len, &n, name))
+      return;
+  }
+  for (int p = 0; p < k->npasses; p++)    /* reductions nothing reads */
+    if (k->pass[p].kind == KIR_PASS_REDUCE && !named[p] &&
+        !ops_add(buf, len, &n, red[k->pass[p].red % 3]))
+      return;
+}
+
 static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
-                      const char *source, const char *guards, double ms)
+                      const char *source, const char *guards, double ms,
+                      uint64_t region)
 {
   memset(m, 0, sizeof *m);
+  ops_text(k, m->ops, sizeof m->ops);
+  snprintf(m->regions, sizeof m->regions, "%016llx",
+           (unsigned long long)region);
   snprintf(m->backend, sizeof m->backend, "cpu");
   snprintf(m->target, sizeof m->target, "%s", jcpu_target());
   snprintf(m->compiler, sizeof m->compiler, "%s", jcpu_compiler_version());
@@ -154,10 +197,11 @@ static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
   m->guards = (char *)guards;
 }
 
-/* The compiled kernel for k: from this process's table, the disk store,
-** or a fresh compile (then entered in both). NULL with reason on failure. */
+/* The compiled kernel for k (of the region with structure hash `region`):
+** from this process's table, the disk store, or a fresh compile (then
+** entered in both). NULL with reason on failure. */
 static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
-                               char *reason, size_t rlen)
+                               uint64_t region, char *reason, size_t rlen)
 {
   char *ir = kir_text(k);
   if (!ir) {
@@ -196,6 +240,19 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
                    store_tmp_path(key, path, sizeof path) == 0;
     rc = to_disk ? jcpu_compile_to_file(k, path, &jk, reason, rlen)
                  : jcpu_compile(k, &jk, reason, rlen);
+    if (rc != JCPU_OK && to_disk) {
+      /* A full or read-only disk fails the compile to file: compile the
+      ** same kernel in memory (principle 5), and say so once. */
+      char why[256];
+      snprintf(why, sizeof why, "%s", reason);
+      unlink(path);
+      to_disk = false;
+      rc = jcpu_compile(k, &jk, reason, rlen);
+      if (rc == JCPU_OK && !store_warned)
+        tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s: %s); "
+                   "kernels stay in memory", store_root(), why);
+      store_warned |= rc == JCPU_OK;
+    }
     double ms = now_ms() - t0;
     eager_add_compile_ms(ms);
     if (rc != JCPU_OK) {
@@ -210,7 +267,7 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
                  "instructions)", key, ms, jcpu_target(),
                  k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
     if (to_disk) {
-      meta_fill(&m, k, ir, jcpu_source(jk), guards, ms);
+      meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
       if (store_put(key, path, &m) < 0) {
         unlink(path);
         if (!store_warned)   /* principle 5: one line, even unasked */
@@ -279,13 +336,13 @@ static char *guards_text(const trace_region *r, bool dynamic)
 }
 
 /* Compile every kernel of plan fp; 0 or -1 with reason. */
-static int plan_compile(fuse_plan *fp, const char *guards, char *reason,
-                        size_t rlen)
+static int plan_compile(fuse_plan *fp, const char *guards, uint64_t region,
+                        char *reason, size_t rlen)
 {
   for (int s = 0; s < fp->nsteps; s++) {
     fuse_step *st = &fp->steps[s];
     if (st->kind == FSTEP_KERNEL &&
-        !(st->compiled = kernel_get(st->k, guards, reason, rlen)))
+        !(st->compiled = kernel_get(st->k, guards, region, reason, rlen)))
       return -1;
   }
   return 0;
@@ -350,7 +407,8 @@ static void *worker(void *arg)
     q.busy++;
     pthread_mutex_unlock(&q.lock);
     char reason[256] = "";
-    int rc = plan_compile(j->plan, j->guards, reason, sizeof reason);
+    int rc = plan_compile(j->plan, j->guards, j->hash, reason,
+                          sizeof reason);
     publish(j->e, j->plan, rc, reason, j->hash);
     free(j->guards);
     free(j);
@@ -456,7 +514,7 @@ static void compile_region(const trace_region *r, cache_entry *e)
   static bool warm;
   if (warm && async_on() && enqueue(e, fp, guards, r->hash) == 0)
     return;   /* the worker owns fp and guards now */
-  int rc = plan_compile(fp, guards, reason, sizeof reason);
+  int rc = plan_compile(fp, guards, r->hash, reason, sizeof reason);
   free(guards);
   publish(e, fp, rc, reason, r->hash);
   if (!warm && rc == 0) {
