@@ -25,6 +25,8 @@ typedef struct cache_entry {
   struct cache_struct *owner;     /* borrowed */
   guard_set *guards;              /* owned */
   uint64_t hits;                  /* realizations that matched */
+  uint64_t last_use;              /* the table's use clock at the last
+                                     match (least recently used goes) */
   cache_state state;
   void *plan;                     /* owned through plan_free (trace's) */
   void (*plan_free)(void *plan);
@@ -45,6 +47,7 @@ typedef struct cache_struct {
 typedef struct {
   int hot;                        /* TC_HOT */
   int recompile_limit;            /* TC_RECOMPILE_LIMIT */
+  int max_entries;                /* TC_REGIONS_MAX (0: that setting) */
 } cache_config;
 
 void cache_configure(const cache_config *c);
@@ -56,7 +59,10 @@ cache_struct *cache_struct_get(uint64_t hash);
 ** NULL. */
 cache_entry *cache_variant_find(cache_struct *s, int n,
                                 const tc_tensor *const *ins);
-/* A new variant for these inputs (dynamic when s->want_dynamic). */
+/* A new variant for these inputs (dynamic when s->want_dynamic). When the
+** table holds max_entries variants, the least recently used one that is not
+** being compiled goes first (its plan freed; a structure left with none is
+** freed too, unless it is s). */
 cache_entry *cache_variant_add(cache_struct *s, int n,
                                const tc_tensor *const *ins);
 /* Count a hit; true exactly once, when the entry just became hot. */
@@ -66,5 +72,7 @@ bool cache_hit(cache_entry *e);
 void cache_clear(void);
 /* Number of structures and variants held. */
 void cache_counts(int *structs, int *variants);
+/* Variants evicted since the process started. */
+uint64_t cache_evictions(void);
 
 #endif

@@ -1,7 +1,9 @@
 /*
 ** table.c -- the in-memory region table: an open hash of structures, each
 ** with a short list of guard variants (most recent first, since loops
-** repeat the last shape).
+** repeat the last shape). The table holds at most max_entries variants:
+** past that, the least recently used one goes (a program that keeps making
+** new regions must not grow without bound).
 */
 #include <stdlib.h>
 
@@ -11,10 +13,18 @@
 
 static cache_struct *bucket[NBUCKET];
 static cache_config cfg = { .hot = 2, .recompile_limit = 8 };
+static uint64_t use_clock;     /* ticks once per match or new variant */
+static int nentries;
+static uint64_t evicted;
 
 void cache_configure(const cache_config *c) { cfg = *c; }
 
 const cache_config *cache_cfg(void) { return &cfg; }
+
+static int max_entries(void)
+{
+  return cfg.max_entries > 0 ? cfg.max_entries : tensor_cfg()->regions_max;
+}
 
 cache_struct *cache_struct_get(uint64_t hash)
 {
@@ -41,16 +51,71 @@ cache_entry *cache_variant_find(cache_struct *s, int n,
       *p = e->next;
       e->next = s->variants;
       s->variants = e;
+      e->last_use = ++use_clock;
       return e;
     }
-  if (s->dynamic && guard_check(s->dynamic->guards, n, ins))
+  if (s->dynamic && guard_check(s->dynamic->guards, n, ins)) {
+    s->dynamic->last_use = ++use_clock;
     return s->dynamic;
+  }
   return NULL;
+}
+
+static void entry_free(cache_entry *e)
+{
+  if (e->plan && e->plan_free)
+    e->plan_free(e->plan);
+  guard_free(e->guards);
+  free(e);
+}
+
+/* Drop the least recently used variant that no compile is using, and its
+** structure when that is left empty (but never `keep`). */
+static void evict_one(const cache_struct *keep)
+{
+  cache_entry *victim = NULL;
+  for (int b = 0; b < NBUCKET; b++)
+    for (cache_struct *s = bucket[b]; s; s = s->next)
+      for (cache_entry *e = s->variants; e; e = e->next)
+        if (e->state != CACHE_COMPILING &&
+            (!victim || e->last_use < victim->last_use))
+          victim = e;
+  if (!victim)
+    return;
+  cache_struct *s = victim->owner;
+  for (cache_entry **p = &s->variants; *p; p = &(*p)->next)
+    if (*p == victim) {
+      *p = victim->next;
+      break;
+    }
+  if (s->dynamic == victim)
+    s->dynamic = NULL;
+  if (tensor_log_on(TC_LOG_REGIONS))
+    tensor_log(TC_LOG_REGIONS, "region %016llx: a variant evicted (the "
+               "table holds %d, TC_REGIONS_MAX)", (unsigned long long)s->hash,
+               nentries);
+  entry_free(victim);
+  nentries--;
+  evicted++;
+  if (s->variants || s == keep)
+    return;
+  for (cache_struct **p = &bucket[s->hash % NBUCKET]; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  free(s);
 }
 
 cache_entry *cache_variant_add(cache_struct *s, int n,
                                const tc_tensor *const *ins)
 {
+  while (nentries >= max_entries()) {
+    int before = nentries;
+    evict_one(s);
+    if (nentries == before)
+      break;   /* every variant is compiling: grow past the bound */
+  }
   bool dynamic = s->want_dynamic;
   cache_entry *e = calloc(1, sizeof *e);
   if (!e)
@@ -62,9 +127,11 @@ cache_entry *cache_variant_add(cache_struct *s, int n,
   }
   e->owner = s;
   e->state = CACHE_COLD;
+  e->last_use = ++use_clock;
   e->next = s->variants;
   s->variants = e;
   s->nvariants++;
+  nentries++;
   if (dynamic)
     s->dynamic = e;
   else if (s->nvariants >= cfg.recompile_limit)
@@ -76,14 +143,6 @@ bool cache_hit(cache_entry *e)
 {
   e->hits++;
   return e->state == CACHE_COLD && e->hits == (uint64_t)cfg.hot;
-}
-
-static void entry_free(cache_entry *e)
-{
-  if (e->plan && e->plan_free)
-    e->plan_free(e->plan);
-  guard_free(e->guards);
-  free(e);
 }
 
 void cache_clear(void)
@@ -103,6 +162,7 @@ void cache_clear(void)
     }
     bucket[b] = NULL;
   }
+  nentries = 0;
 }
 
 void cache_counts(int *structs, int *variants)
@@ -117,3 +177,5 @@ void cache_counts(int *structs, int *variants)
   *structs = ns;
   *variants = nv;
 }
+
+uint64_t cache_evictions(void) { return evicted; }

@@ -32,7 +32,8 @@ void trace_config_load(void)
   c->hot = env->hot;
   c->recompile_limit = env->recompile_limit;
   c->node_limit = env->node_limit;
-  cache_configure(&(cache_config){ c->hot, c->recompile_limit });
+  cache_configure(&(cache_config){ c->hot, c->recompile_limit,
+                                   env->regions_max });
 }
 
 void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)

@@ -289,6 +289,55 @@ static void test_trace_recompile_limit(void **state)
   free(log);
 }
 
+/* A chain of k scaled adds: a different structure for every k. */
+static double chain_body(tc_tensor *x, int k)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *y = x;
+  for (int i = 0; i < k; i++)
+    y = tc_add_scalar(tc_mul_scalar(y, 0.5), 1.0);
+  double v;
+  assert_int_equal(tc_item(tc_sum_all(y), &v), 0);
+  tc_scope_end(mark);
+  return v;
+}
+
+/* The region table keeps at most max_entries variants: the least recently
+** used go, and a structure seen again after its eviction still runs
+** right (it is simply new again). */
+static void test_trace_region_table_bounded(void **state)
+{
+  (void)state;
+  cache_configure(&(cache_config){ .hot = 2, .recompile_limit = 8,
+                                   .max_entries = 4 });
+  tc_tensor *x = tc_rand(TC_F32, TC_SHAPE(16, 9), 11);
+  double want[13];
+  tc_compile_set(false);
+  for (int k = 1; k <= 12; k++)
+    want[k] = chain_body(x, k);
+  tc_compile_set(true);
+  uint64_t ev0 = cache_evictions();
+  log_begin();
+  for (int round = 0; round < 2; round++)
+    for (int k = 1; k <= 12; k++) {
+      assert_true(chain_body(x, k) == want[k]);
+      assert_true(chain_body(x, k) == want[k]);   /* hot: compiled */
+      int ns, nv;
+      cache_counts(&ns, &nv);
+      assert_true(nv <= 4 && ns <= 4);
+    }
+  char *log = log_end();
+  assert_true(cache_evictions() - ev0 >= 20);   /* 24 structures, 4 kept */
+  assert_true(count(log, "evicted") >= 20);
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_int_equal(s.regions_compiled, 24);     /* each hot once a round */
+  assert_int_equal(s.compile_failures, 0);
+  free(log);
+  tc_release(x);
+  cache_configure(&(cache_config){ .hot = 2, .recompile_limit = 8 });
+}
+
 static int compiles;
 
 static void failing_compiler(const trace_region *r, cache_entry *e)
@@ -353,6 +402,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_trace_guard_failures_explained,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_recompile_limit, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_region_table_bounded, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_compile_failure_falls_back,
                                     setup, teardown),
