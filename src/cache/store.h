@@ -67,12 +67,11 @@
 **   const char tc_kernel_key[] = STORE_KEY_MARKER "<32 hex digits>";
 ** The JIT and the store use this one spelling. */
 #define STORE_KEY_MARKER "tc-kernel-key:"
-/* 1: an artifact without any key marker is refused. 0 until the JIT
-** embeds the marker in every artifact it writes: then a marker-less
-** artifact is accepted (an artifact with another key's marker never is).
-** The JIT change that embeds it sets this to 1. */
+/* 1: an artifact without any key marker is refused (0 accepted one; an
+** artifact with another key's marker never is). The JIT embeds the marker
+** in every artifact it writes (jit_cpu.h, JCPU_KEY_MARKER). */
 #ifndef STORE_MARKER_REQUIRED
-#define STORE_MARKER_REQUIRED 0
+#define STORE_MARKER_REQUIRED 1
 #endif
 #define STORE_LINE_MAX 4096       /* longest meta header line, newline and
                                      all */

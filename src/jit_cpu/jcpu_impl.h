@@ -91,6 +91,17 @@ static inline void jcpu_modes(const kir_kernel *k, bool *row, bool *split)
   }
 }
 
+/* -- Compiling (jit.c) ------------------------------------------------------ */
+
+/* Compile k to a shared object at so_path with its key embedded (no load,
+** no lock, no fault injection): the body of jcpu_compile_to_file. On
+** success *source is libgccjit's C-like dump (malloc'd, may be NULL). */
+jcpu_status jcpu_compile_file(const kir_kernel *k, const char *key,
+                              const char *so_path, char **source,
+                              char *reason, size_t rlen);
+/* Consume one jcpu_fail_next injection: true when this compile must fail. */
+bool jcpu_take_fault(void);
+
 /* -- Codegen (emit.c) ---------------------------------------------------------- */
 
 /* Build k's entry functions into ctx (k already checked). 0, or -1 when

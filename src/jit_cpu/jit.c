@@ -205,19 +205,37 @@ static void *get_result(void *h, const char *name)
 
 static void *get_dl(void *h, const char *name) { return dlsym(h, name); }
 
-/* Shared front half of the two compiles: fault injection, checks, a
-** context with k emitted into it. Called under compile_lock. */
-static jcpu_status prepare(const kir_kernel *k, gcc_jit_context **out,
-                           char *reason, size_t rlen)
+bool jcpu_take_fault(void)
 {
-  *out = NULL;
   int n = atomic_load(&fail_next);
   while (n > 0 && !atomic_compare_exchange_weak(&fail_next, &n, n - 1))
     ;
-  if (n > 0) {
-    set_reason(reason, rlen, "injected compile failure%s", NULL);
-    return JCPU_E_COMPILE;
-  }
+  return n > 0;
+}
+
+/* The artifact's key marker: a global `const char tc_kernel_key[]` holding
+** JCPU_KEY_MARKER <key> and its NUL, so the bytes of the file name the
+** kernel they were compiled for (the store scans for them before dlopen;
+** jcpu_load checks the symbol after). */
+static void emit_key(gcc_jit_context *ctx, const char *key)
+{
+  char text[sizeof JCPU_KEY_MARKER + 64];
+  int n = snprintf(text, sizeof text, "%s%s", JCPU_KEY_MARKER, key);
+  gcc_jit_type *ch = gcc_jit_type_get_const(
+    gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_CHAR));
+  gcc_jit_type *arr = gcc_jit_context_new_array_type(ctx, NULL, ch, n + 1);
+  gcc_jit_lvalue *g = gcc_jit_context_new_global(
+    ctx, NULL, GCC_JIT_GLOBAL_EXPORTED, arr, JCPU_KEY_SYMBOL);
+  gcc_jit_global_set_initializer(g, text, (size_t)n + 1);
+}
+
+/* Shared front half of the compiles: checks, a context with k (and, for an
+** artifact, its key) emitted into it. Callers hold compile_lock, or are
+** the compile worker (one thread). */
+static jcpu_status prepare(const kir_kernel *k, const char *key,
+                           gcc_jit_context **out, char *reason, size_t rlen)
+{
+  *out = NULL;
   char why[160];
   if (jcpu_check(k, why, sizeof why) < 0) {
     set_reason(reason, rlen, "unsupported kernel: %s", why);
@@ -228,6 +246,8 @@ static jcpu_status prepare(const kir_kernel *k, gcc_jit_context **out,
     set_reason(reason, rlen, "gcc_jit_context_acquire failed%s", NULL);
     return JCPU_E_COMPILE;
   }
+  if (key)
+    emit_key(ctx, key);
   if (jcpu_emit(ctx, k) < 0) {
     set_reason(reason, rlen, "out of memory building the kernel%s", NULL);
     gcc_jit_context_release(ctx);
@@ -255,7 +275,11 @@ jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
   }
   pthread_mutex_lock(&compile_lock);
   gcc_jit_context *ctx;
-  jcpu_status st = prepare(k, &ctx, reason, rlen);
+  jcpu_status st = JCPU_E_COMPILE;
+  if (jcpu_take_fault())
+    set_reason(reason, rlen, "injected compile failure%s", NULL);
+  else
+    st = prepare(k, NULL, &ctx, reason, rlen);
   if (st == JCPU_OK) {
     jk->source = dump_source(ctx);
     jk->res = gcc_jit_context_compile(ctx);
@@ -283,8 +307,20 @@ jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
   return JCPU_OK;
 }
 
-jcpu_status jcpu_load(const kir_kernel *k, const char *so_path,
-                      jcpu_kernel **out, char *reason, size_t rlen)
+/* Does the loaded object name `key` as its kernel? 1 yes, 0 another key,
+** -1 no key at all. */
+static int key_matches(void *dl, const char *key)
+{
+  const char *got = dlsym(dl, JCPU_KEY_SYMBOL);
+  if (!got)
+    return -1;
+  size_t m = sizeof JCPU_KEY_MARKER - 1;
+  return strncmp(got, JCPU_KEY_MARKER, m) == 0 && strcmp(got + m, key) == 0;
+}
+
+jcpu_status jcpu_load(const kir_kernel *k, const char *key,
+                      const char *so_path, jcpu_kernel **out, char *reason,
+                      size_t rlen)
 {
   *out = NULL;
   jcpu_kernel *jk = calloc(1, sizeof *jk);
@@ -299,6 +335,14 @@ jcpu_status jcpu_load(const kir_kernel *k, const char *so_path,
     free(jk);
     return JCPU_E_LOAD;
   }
+  /* Before any entry point is handed out: the artifact must be key's. */
+  int km = key_matches(jk->dl, key);
+  if (km <= 0) {
+    set_reason(reason, rlen, "%s", km < 0 ? "artifact carries no kernel key"
+                                          : "artifact is for another kernel");
+    jcpu_free(jk);
+    return JCPU_E_LOAD;
+  }
   char missing[16];
   if (resolve(jk, k, get_dl, jk->dl, missing, sizeof missing) < 0) {
     set_reason(reason, rlen, "dlsym: no entry %s", missing);
@@ -309,29 +353,45 @@ jcpu_status jcpu_load(const kir_kernel *k, const char *so_path,
   return JCPU_OK;
 }
 
-jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *so_path,
-                                 jcpu_kernel **out, char *reason, size_t rlen)
+jcpu_status jcpu_compile_file(const kir_kernel *k, const char *key,
+                              const char *so_path, char **source,
+                              char *reason, size_t rlen)
+{
+  *source = NULL;
+  gcc_jit_context *ctx;
+  jcpu_status st = prepare(k, key, &ctx, reason, rlen);
+  if (st != JCPU_OK)
+    return st;
+  *source = dump_source(ctx);
+  gcc_jit_context_compile_to_file(ctx, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY,
+                                  so_path);
+  const char *err = gcc_jit_context_get_first_error(ctx);
+  if (err) {
+    set_reason(reason, rlen, "libgccjit: %s", err);
+    st = JCPU_E_COMPILE;
+    free(*source);
+    *source = NULL;
+  }
+  gcc_jit_context_release(ctx);
+  return st;
+}
+
+jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *key,
+                                 const char *so_path, jcpu_kernel **out,
+                                 char *reason, size_t rlen)
 {
   *out = NULL;
   double t0 = now_ms();
-  pthread_mutex_lock(&compile_lock);
-  gcc_jit_context *ctx;
   char *source = NULL;
-  jcpu_status st = prepare(k, &ctx, reason, rlen);
-  if (st == JCPU_OK) {
-    source = dump_source(ctx);
-    gcc_jit_context_compile_to_file(ctx, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY,
-                                    so_path);
-    const char *err = gcc_jit_context_get_first_error(ctx);
-    if (err) {
-      set_reason(reason, rlen, "libgccjit: %s", err);
-      st = JCPU_E_COMPILE;
-    }
-    gcc_jit_context_release(ctx);
-  }
+  jcpu_status st = JCPU_E_COMPILE;
+  pthread_mutex_lock(&compile_lock);
+  if (jcpu_take_fault())
+    set_reason(reason, rlen, "injected compile failure%s", NULL);
+  else
+    st = jcpu_compile_file(k, key, so_path, &source, reason, rlen);
   pthread_mutex_unlock(&compile_lock);
   if (st == JCPU_OK)
-    st = jcpu_load(k, so_path, out, reason, rlen);
+    st = jcpu_load(k, key, so_path, out, reason, rlen);
   if (st != JCPU_OK) {
     free(source);
     return st;

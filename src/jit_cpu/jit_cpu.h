@@ -38,20 +38,33 @@ typedef enum {
   JCPU_E_LOAD           /* dlopen/dlsym of an artifact failed */
 } jcpu_status;
 
-/* Compile k in memory. On success *out owns the result; on failure *out is
-** NULL and `reason` (when non-NULL) gets one line. */
+/* An artifact (.so) names the kernel it was compiled for: it exports
+** `const char tc_kernel_key[]` whose bytes are JCPU_KEY_MARKER, the 32 hex
+** digits of the key, and a NUL. The store scans files for the marker
+** (its STORE_KEY_MARKER is the same string); jcpu_load checks the symbol. */
+#define JCPU_KEY_SYMBOL "tc_kernel_key"
+#define JCPU_KEY_MARKER "tc-kernel-key:"
+
+/* Compile k in memory, in this process. On success *out owns the result;
+** on failure *out is NULL and `reason` (when non-NULL) gets one line. */
 jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
                          size_t rlen);
-/* Compile k to a shared object at so_path (written by libgccjit in place:
-** callers that need atomicity pass a temporary path and rename), then load
-** it as jcpu_load does. */
-jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *so_path,
-                                 jcpu_kernel **out, char *reason,
-                                 size_t rlen);
-/* Load a .so written by jcpu_compile_to_file for kernel k: dlopen + dlsym
+/* Compile k, in this process, to a shared object at so_path (written by
+** libgccjit in place: callers that need atomicity pass a temporary path and
+** rename) with `key` embedded, then load it as jcpu_load does. */
+jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *key,
+                                 const char *so_path, jcpu_kernel **out,
+                                 char *reason, size_t rlen);
+/* Load a .so compiled for kernel k under `key`: dlopen, then, before any
+** entry point is resolved, the artifact's tc_kernel_key must equal
+** JCPU_KEY_MARKER key (else JCPU_E_LOAD "artifact is for another kernel",
+** or "artifact carries no kernel key", and it is closed again); then dlsym
 ** of k's entries. The kernel has no source text (jcpu_source is NULL). */
-jcpu_status jcpu_load(const kir_kernel *k, const char *so_path,
-                      jcpu_kernel **out, char *reason, size_t rlen);
+jcpu_status jcpu_load(const kir_kernel *k, const char *key,
+                      const char *so_path, jcpu_kernel **out, char *reason,
+                      size_t rlen);
+/* Free a kernel: dlclose / release its code. The caller guarantees no
+** thread is still running it. */
 void jcpu_free(jcpu_kernel *jk);   /* NULL-safe */
 
 /* Run the whole kernel k (the one jk was compiled from): units split across

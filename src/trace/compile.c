@@ -200,6 +200,11 @@ static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
 /* The compiled kernel for k (of the region with structure hash `region`):
 ** from this process's table, the disk store, or a fresh compile (then
 ** entered in both). NULL with reason on failure. */
+/* The JIT and the store spell the key marker alike (a test compares the
+** strings; C cannot at compile time). */
+_Static_assert(sizeof JCPU_KEY_MARKER == sizeof STORE_KEY_MARKER,
+               "key markers differ");
+
 static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
                                uint64_t region, char *reason, size_t rlen)
 {
@@ -223,7 +228,7 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
   store_meta m;
   if (store_is_open() && store_get(key, &m, path, sizeof path) == 0) {
     char why[256];
-    if (jcpu_load(k, path, &jk, why, sizeof why) == JCPU_OK) {
+    if (jcpu_load(k, key, path, &jk, why, sizeof why) == JCPU_OK) {
       eager_count(ST_KERNELS_LOADED);
       if (tensor_log_on(TC_LOG_CACHE))
         tensor_log(TC_LOG_CACHE, "kernel %.12s loaded from disk", key);
@@ -238,7 +243,7 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
     jcpu_status rc;
     bool to_disk = store_is_open() &&
                    store_tmp_path(key, path, sizeof path) == 0;
-    rc = to_disk ? jcpu_compile_to_file(k, path, &jk, reason, rlen)
+    rc = to_disk ? jcpu_compile_to_file(k, key, path, &jk, reason, rlen)
                  : jcpu_compile(k, &jk, reason, rlen);
     if (rc != JCPU_OK && to_disk) {
       /* A full or read-only disk fails the compile to file: compile the

@@ -27,6 +27,10 @@
 
 /* -- Helpers ------------------------------------------------------------------ */
 
+/* Kernel keys for artifacts (any 32 hex digits will do here). */
+#define KEY_A "0123456789abcdef0123456789abcdef"
+#define KEY_B "fedcba9876543210fedcba9876543210"
+
 static kir_kernel *knew(kir_kind kind, int ndim, const int64_t *size,
                         int64_t row_len)
 {
@@ -816,7 +820,7 @@ static void test_map_ranges(void **state)
     snprintf(path, sizeof path, "%s/m.so", dir);
     jcpu_kernel *jk = NULL;
     char why[256];
-    assert_int_equal(jcpu_compile_to_file(k, path, &jk, why, sizeof why),
+    assert_int_equal(jcpu_compile_to_file(k, KEY_A, path, &jk, why, sizeof why),
                      JCPU_OK);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     assert_non_null(h);
@@ -963,24 +967,37 @@ static void test_compile_to_file(void **state)
   kir_kernel *k = softmax_kernel(TC_F32, 1, 3 * 4096 + 17, false);
   jcpu_kernel *a = NULL, *b = NULL;
   char why[256] = "";
-  assert_int_equal(jcpu_compile_to_file(k, path, &a, why, sizeof why),
+  assert_int_equal(jcpu_compile_to_file(k, KEY_A, path, &a, why, sizeof why),
                    JCPU_OK);
   assert_non_null(jcpu_source(a));
   assert_true(jcpu_last_compile_ms(a) > 0);
-  assert_int_equal(jcpu_load(k, path, &b, why, sizeof why), JCPU_OK);
+  assert_int_equal(jcpu_load(k, KEY_A, path, &b, why, sizeof why), JCPU_OK);
   assert_null(jcpu_source(b));
   softmax_check(a, k, TC_F32, 1, 3 * 4096 + 17, "to_file softmax");
   softmax_check(b, k, TC_F32, 1, 3 * 4096 + 17, "loaded softmax");
   jcpu_free(a);
   jcpu_free(b);
+  /* the artifact names its key: another key is refused before any entry
+  ** point is resolved */
+  b = (jcpu_kernel *)k;
+  assert_int_equal(jcpu_load(k, KEY_B, path, &b, why, sizeof why),
+                   JCPU_E_LOAD);
+  assert_null(b);
+  assert_string_equal(why, "artifact is for another kernel");
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(h);
+  const char *key = dlsym(h, JCPU_KEY_SYMBOL);
+  assert_non_null(key);
+  assert_string_equal(key, JCPU_KEY_MARKER KEY_A);
+  dlclose(h);
   /* a missing file and a file without the entries fail cleanly */
   snprintf(path, sizeof path, "%s/missing.so", dir);
-  assert_int_equal(jcpu_load(k, path, &b, why, sizeof why), JCPU_E_LOAD);
+  assert_int_equal(jcpu_load(k, KEY_A, path, &b, why, sizeof why), JCPU_E_LOAD);
   assert_null(b);
   assert_non_null(strstr(why, "dlopen"));
   snprintf(path, sizeof path, "%s/k.so", dir);
   kir_kernel *rows = softmax_kernel(TC_F32, 4, 100, false);   /* wants main */
-  assert_int_equal(jcpu_load(rows, path, &b, why, sizeof why), JCPU_E_LOAD);
+  assert_int_equal(jcpu_load(rows, KEY_A, path, &b, why, sizeof why), JCPU_E_LOAD);
   assert_null(b);
   assert_non_null(strstr(why, "main"));
   unlink(path);
@@ -1006,13 +1023,13 @@ static void test_failures(void **state)
   assert_null(jk);
   assert_string_equal(why, "injected compile failure");
   jcpu_fail_next(1);
-  assert_int_equal(jcpu_compile_to_file(k, "/nonexistent/x.so", &jk, why,
+  assert_int_equal(jcpu_compile_to_file(k, KEY_A, "/nonexistent/x.so", &jk, why,
                                         sizeof why), JCPU_E_COMPILE);
   assert_null(jk);
   jk = compile(k);   /* the injection is used up */
   jcpu_free(jk);
   /* an unwritable path is a compile error with libgccjit's reason */
-  assert_int_equal(jcpu_compile_to_file(k, "/nonexistent/dir/x.so", &jk,
+  assert_int_equal(jcpu_compile_to_file(k, KEY_A, "/nonexistent/dir/x.so", &jk,
                                         why, sizeof why), JCPU_E_COMPILE);
   assert_null(jk);
   assert_true(strlen(why) > 0);
