@@ -91,16 +91,25 @@ static inline void jcpu_modes(const kir_kernel *k, bool *row, bool *split)
   }
 }
 
-/* -- Compiling (jit.c) ------------------------------------------------------ */
+/* -- Compiling (jit.c), shared with the compile worker (worker.c) -------- */
 
 /* Compile k to a shared object at so_path with its key embedded (no load,
-** no lock, no fault injection): the body of jcpu_compile_to_file. On
-** success *source is libgccjit's C-like dump (malloc'd, may be NULL). */
+** no lock, no fault injection): the body of jcpu_compile_to_file and of
+** one request in the compile worker. On success *source is libgccjit's
+** C-like dump (malloc'd, may be NULL). */
 jcpu_status jcpu_compile_file(const kir_kernel *k, const char *key,
                               const char *so_path, char **source,
                               char *reason, size_t rlen);
+/* The lock that serializes in-process compiles (the worker takes it around
+** fork, so no thread is inside libgccjit when the child is made). */
+void jcpu_compile_lock(void);
+void jcpu_compile_unlock(void);
 /* Consume one jcpu_fail_next injection: true when this compile must fail. */
 bool jcpu_take_fault(void);
+void jcpu_clear_faults(void);
+/* Give a loaded kernel the dump and compile time of the compile that made
+** it (source: malloc'd, now owned by jk). */
+void jcpu_kernel_adopt(jcpu_kernel *jk, char *source, double ms);
 
 /* -- Codegen (emit.c) ---------------------------------------------------------- */
 

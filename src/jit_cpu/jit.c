@@ -37,6 +37,9 @@ static char *vec_report;        /* owned; under compile_lock */
 
 void jcpu_fail_next(int n) { atomic_store(&fail_next, n < 0 ? 0 : n); }
 
+void jcpu_compile_lock(void) { pthread_mutex_lock(&compile_lock); }
+void jcpu_compile_unlock(void) { pthread_mutex_unlock(&compile_lock); }
+
 void jcpu_set_vec_report(const char *path)
 {
   pthread_mutex_lock(&compile_lock);
@@ -212,6 +215,8 @@ bool jcpu_take_fault(void)
     ;
   return n > 0;
 }
+
+void jcpu_clear_faults(void) { atomic_store(&fail_next, 0); }
 
 /* The artifact's key marker: a global `const char tc_kernel_key[]` holding
 ** JCPU_KEY_MARKER <key> and its NUL, so the bytes of the file name the
@@ -411,6 +416,13 @@ void jcpu_free(jcpu_kernel *jk)
     dlclose(jk->dl);
   free(jk->source);
   free(jk);
+}
+
+void jcpu_kernel_adopt(jcpu_kernel *jk, char *source, double ms)
+{
+  free(jk->source);
+  jk->source = source;
+  jk->compile_ms = ms;
 }
 
 const char *jcpu_source(const jcpu_kernel *jk) { return jk->source; }

@@ -14,7 +14,8 @@
 **
 ** Compile failures are not user errors (principle 5): every entry point
 ** returns a status and a one-line reason, never aborts, and leaves nothing
-** allocated on failure. Compiles are serialized by one process-wide lock.
+** allocated on failure. Compiles are serialized by one process-wide lock,
+** and the runtime runs them in a compile worker process (below).
 */
 #ifndef TC_JIT_CPU_H
 #define TC_JIT_CPU_H
@@ -45,8 +46,9 @@ typedef enum {
 #define JCPU_KEY_SYMBOL "tc_kernel_key"
 #define JCPU_KEY_MARKER "tc-kernel-key:"
 
-/* Compile k in memory, in this process. On success *out owns the result;
-** on failure *out is NULL and `reason` (when non-NULL) gets one line. */
+/* Compile k in memory, in this process (libgccjit runs here: for unit
+** tests and TC_JIT_WORKER=0). On success *out owns the result; on failure
+** *out is NULL and `reason` (when non-NULL) gets one line. */
 jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
                          size_t rlen);
 /* Compile k, in this process, to a shared object at so_path (written by
@@ -90,10 +92,60 @@ const char *jcpu_compiler_version(void);
 /* Wall time of the compile that produced jk (0 for loaded kernels). */
 double jcpu_last_compile_ms(const jcpu_kernel *jk);
 
+/* -- The compile worker (worker.c) ------------------------------------------
+** libgccjit grows its process by about 0.8 MB per compile, calls exit()
+** when memory runs out and can crash; so the runtime compiles in a child
+** process, forked (not exec'd) at the first compile, that serves requests
+** over a socket: one kir_kernel, its key and an output path in; status, a
+** reason, compile ms and the C-like dump out. The child touches only
+** libgccjit, its socket, its stderr pipe and a private TMPDIR. This
+** process never enters libgccjit's compiler on this path: it dlopens the
+** result with jcpu_load. Requests are serialized. A worker that dies,
+** exits or hangs past JCPU_WORKER_TIMEOUT_MS fails that request with a
+** reason ("compile worker died (signal 9)") and the next request starts a
+** new one; a worker is replaced after JCPU_WORKER_MAX_COMPILES compiles or
+** once it has grown by JCPU_WORKER_MAX_GROWTH_MB. */
+#define JCPU_WORKER_TIMEOUT_MS 60000
+#define JCPU_WORKER_MAX_COMPILES 256
+#define JCPU_WORKER_MAX_GROWTH_MB 256
+/* At exit, how long a compile in flight may run on before it is killed. */
+#define JCPU_WORKER_EXIT_GRACE_MS 1000
+
+/* Compile k in the worker to so_path, with key embedded, and load it here.
+** so_path NULL: a private temporary file, unlinked once loaded (no disk
+** store). Statuses and reasons as jcpu_compile_to_file, plus JCPU_E_COMPILE
+** for a worker that could not start, died or timed out. */
+jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
+                                const char *so_path, jcpu_kernel **out,
+                                char *reason, size_t rlen);
+/* At process exit: no worker starts after this; a compile in flight gets
+** until grace_ms from now, then its worker is killed (the request fails);
+** then the worker is stopped and reaped and its private TMPDIR removed, so
+** nothing of it is left in $TMPDIR. Idempotent. */
+void jcpu_worker_shutdown(int grace_ms);
+/* The worker's pid, or 0 when none is running (tests). */
+long jcpu_worker_pid(void);
+
 /* -- Testing hooks ------------------------------------------------------------ */
 
 /* Make the next n compiles fail with JCPU_E_COMPILE (fault injection). */
 void jcpu_fail_next(int n);
+/* Make the worker misbehave on its next request, as libgccjit or the
+** system might: JCPU_FAULT_CRASH raises SIGSEGV; JCPU_FAULT_KILL is
+** SIGKILL (the OOM killer); JCPU_FAULT_EXIT prints "virtual memory
+** exhausted" and calls exit(1), as libgccjit's xmalloc does; JCPU_FAULT_NOMEM
+** caps the child's address space (RLIMIT_AS) a little above its size, so
+** the compile itself runs out of memory; JCPU_FAULT_HANG sleeps past the
+** timeout. */
+typedef enum {
+  JCPU_FAULT_NONE, JCPU_FAULT_CRASH, JCPU_FAULT_KILL, JCPU_FAULT_EXIT,
+  JCPU_FAULT_NOMEM, JCPU_FAULT_HANG
+} jcpu_fault;
+void jcpu_worker_fault_next(jcpu_fault kind);
+/* Override JCPU_WORKER_TIMEOUT_MS, JCPU_WORKER_MAX_COMPILES and
+** JCPU_WORKER_MAX_GROWTH_MB (values <= 0: back to those). */
+void jcpu_worker_set_timeout(int ms);
+void jcpu_worker_set_limits(int max_compiles, int max_growth_mb);
 /* Add -fopt-info-vec-optimized=<path> to later compiles (NULL: stop), so a
 ** test can assert that loops vectorized. GCC appends to the file; each
 ** loop is reported as "<entry>.<what>:1:1" (see emit.c's loop_begin). */

@@ -1,0 +1,782 @@
+/*
+** worker.c -- the compile worker: libgccjit runs in a child process forked
+** at the first compile, so its memory growth, its exit() when memory runs
+** out and its crashes stay out of the user's process (issue 9). This
+** process only sends requests, waits for answers (with a deadline) and
+** dlopens the artifacts; see jit_cpu.h for the contract.
+**
+** Lifecycle: started on demand by the first request; replaced when it
+** dies, exits, hangs past the deadline, has served JCPU_WORKER_MAX_COMPILES
+** or grown by JCPU_WORKER_MAX_GROWTH_MB; stopped by jcpu_worker_shutdown at
+** process exit, or by itself when this process goes away (EOF on its
+** socket).
+*/
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jcpu_impl.h"
+
+/* -- The protocol ---------------------------------------------------------------
+** One request at a time over a SOCK_STREAM socketpair (send with
+** MSG_NOSIGNAL: a dead child is an error, never SIGPIPE in the user's
+** process). The kernel IR is plain data and travels as the struct. */
+
+#define WMAGIC 0x7463776bu    /* "tcwk" */
+#define KEY_MAX 40            /* a key is 32 hex digits */
+#define SOURCE_MAX (64u << 20)
+#define REASON_MAX 4096u
+
+typedef struct {
+  uint32_t magic;
+  uint32_t fault;             /* jcpu_fault: testing only */
+  uint32_t path_len;          /* bytes of the output path that follow */
+  uint32_t limit_ms;          /* the parent's deadline (the child's alarm) */
+  char key[KEY_MAX];          /* NUL-terminated */
+  kir_kernel k;
+} wreq;
+
+typedef struct {
+  uint32_t magic;
+  int32_t status;             /* jcpu_status */
+  uint32_t reason_len;        /* bytes of the reason that follow */
+  uint32_t source_len;        /* then bytes of libgccjit's dump */
+  double ms;                  /* compile wall time in the child */
+  int64_t growth_kb;          /* the child's RSS now minus at its start */
+} wresp;
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void say(char *reason, size_t rlen, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+static void say(char *reason, size_t rlen, const char *fmt, ...)
+{
+  if (!reason || rlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, rlen, fmt, ap);
+  va_end(ap);
+  for (char *c = reason; *c; c++)   /* one line */
+    if (*c == '\n')
+      *c = ' ';
+}
+
+/* read/write exactly n bytes (blocking; EINTR retried). read_full: 1 when
+** done, 0 on EOF before the first byte, -1 on error or EOF midway. */
+static int read_full(int fd, void *p, size_t n)
+{
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, (char *)p + got, n - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return r == 0 && got == 0 ? 0 : -1;
+    got += (size_t)r;
+  }
+  return 1;
+}
+
+static int write_full(int fd, const void *p, size_t n)
+{
+  while (n > 0) {
+    ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    p = (const char *)p + r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* Remove dir and what libgccjit or the driver may have left in it (their
+** temporaries: files and libgccjit-* folders); never follows links. */
+static void rm_tree(const char *dir, int depth)
+{
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        continue;
+      struct stat st;
+      if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        continue;
+      if (S_ISDIR(st.st_mode) && depth < 4) {
+        char sub[4096];
+        if (snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name) <
+            (int)sizeof sub)
+          rm_tree(sub, depth + 1);
+      } else {
+        unlinkat(dirfd(d), e->d_name, 0);
+      }
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+/* -- The child -------------------------------------------------------------------
+** Only the forking thread exists here, and the parent's locks may be held
+** by threads that do not: the child touches libgccjit (through
+** jcpu_compile_file), its socket (fd 3), its stderr pipe (fds 1 and 2) and
+** its private TMPDIR, and leaves with _exit only. */
+
+enum { CHILD_SOCK = 3 };
+
+static long statm_kb(int field)   /* 0: size, 1: resident */
+{
+  char buf[128] = "";
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+  long v[2] = { 0, 0 };
+  if (sscanf(buf, "%ld %ld", &v[0], &v[1]) < 2)
+    return 0;
+  return v[field] * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* exit() in the child (libgccjit's xmalloc on exhaustion, an injected
+** fault) must not run the parent's exit handlers or flush the parent's
+** stdio buffers a second time: registered last, this runs first. */
+static void child_on_exit(int status, void *arg)
+{
+  (void)arg;
+  _exit(status);
+}
+
+/* Close every inherited descriptor from `from` up (the user's files and
+** sockets must not be held open by the child). */
+static void close_from(int from)
+{
+  if (close_range((unsigned)from, ~0u, 0) == 0)
+    return;
+  DIR *d = opendir("/proc/self/fd");
+  if (d) {
+    int fds[1024], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 1024) {
+      int fd = atoi(e->d_name);
+      if (fd >= from && fd != dirfd(d))
+        fds[n++] = fd;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+      close(fds[i]);
+    if (n < 1024)
+      return;
+  }
+  struct rlimit rl;
+  long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536
+             ? (long)rl.rlim_cur : 65536;
+  for (long fd = from; fd < max; fd++)
+    close((int)fd);
+}
+
+static void child_setup(int sock, int errfd, const char *dir)
+{
+  /* The user's handlers and mask are not ours: defaults, nothing blocked
+  ** (SIGCHLD too, so the driver can wait for as and ld). Own session: a
+  ** terminal's ^C or hangup goes to the user's program, which decides; the
+  ** child notices its parent's end as EOF. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      sigaction(sig, &sa, NULL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  setsid();
+  on_exit(child_on_exit, NULL);
+  /* fds: 0 /dev/null, 1 and 2 the stderr pipe (as and ld inherit these),
+  ** 3 the socket (close-on-exec), nothing else. */
+  int s = fcntl(sock, F_DUPFD_CLOEXEC, 100);
+  int e = fcntl(errfd, F_DUPFD, 100);
+  int null = open("/dev/null", O_RDONLY);
+  if (s < 0 || e < 0)
+    _exit(2);
+  dup2(null >= 0 ? null : e, 0);
+  dup2(e, 1);
+  dup2(e, 2);
+  if (dup3(s, CHILD_SOCK, O_CLOEXEC) < 0)
+    _exit(2);
+  close_from(CHILD_SOCK + 1);
+  /* libgccjit and its driver put their temporaries under TMPDIR (read at
+  ** their first use, which is in this process) */
+  setenv("TMPDIR", dir, 1);
+  jcpu_clear_faults();   /* injections belong to the parent */
+}
+
+static void child_fault(uint32_t fault, struct rlimit *saved)
+{
+  switch (fault) {
+  case JCPU_FAULT_CRASH: {
+    struct rlimit none = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &none);   /* no core file in the user's cwd */
+    raise(SIGSEGV);
+    break;
+  }
+  case JCPU_FAULT_KILL:
+    raise(SIGKILL);
+    break;
+  case JCPU_FAULT_EXIT: {
+    static const char msg[] = "virtual memory exhausted: Cannot allocate "
+                              "memory\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+      _exit(3);
+    exit(1);
+  }
+  case JCPU_FAULT_NOMEM: {
+    struct rlimit rl = *saved;
+    rl.rlim_cur = (rlim_t)statm_kb(0) * 1024;
+    setrlimit(RLIMIT_AS, &rl);
+    break;
+  }
+  case JCPU_FAULT_HANG:
+    for (;;)
+      pause();
+  default:
+    break;
+  }
+}
+
+static _Noreturn void child_main(int sock, int errfd, const char *dir)
+{
+  child_setup(sock, errfd, dir);
+  long rss0 = statm_kb(1);
+  static wreq rq;   /* 30 KB: not on the stack of whatever thread forked */
+  char path[4096], reason[REASON_MAX];
+  for (;;) {
+    int r = read_full(CHILD_SOCK, &rq, sizeof rq);
+    if (r == 0)
+      break;   /* the parent closed the socket, or is gone */
+    if (r < 0 || rq.magic != WMAGIC || rq.path_len >= sizeof path ||
+        read_full(CHILD_SOCK, path, rq.path_len) != 1)
+      _exit(2);
+    path[rq.path_len] = '\0';
+    rq.key[KEY_MAX - 1] = '\0';
+    /* an orphan (the parent killed before it could kill us) still ends */
+    alarm(rq.limit_ms / 1000 * 2 + 10);
+    struct rlimit as;
+    getrlimit(RLIMIT_AS, &as);
+    child_fault(rq.fault, &as);
+    double t0 = now_ms();
+    char *source = NULL;
+    reason[0] = '\0';
+    jcpu_status st = jcpu_compile_file(&rq.k, rq.key, path, &source, reason,
+                                       sizeof reason);
+    wresp a = { WMAGIC, (int32_t)st, (uint32_t)strlen(reason), 0,
+                now_ms() - t0, 0 };
+    if (source && strlen(source) < SOURCE_MAX)
+      a.source_len = (uint32_t)strlen(source);
+    setrlimit(RLIMIT_AS, &as);
+    alarm(0);
+    a.growth_kb = statm_kb(1) - rss0;
+    if (write_full(CHILD_SOCK, &a, sizeof a) < 0 ||
+        write_full(CHILD_SOCK, reason, a.reason_len) < 0 ||
+        write_full(CHILD_SOCK, source, a.source_len) < 0)
+      break;
+    free(source);
+  }
+  rm_tree(dir, 0);
+  _exit(0);
+}
+
+/* -- The parent side ---------------------------------------------------------- */
+
+static struct {
+  pthread_mutex_t lock;   /* one request at a time; guards the fields */
+  pid_t pid;              /* the worker, or 0 */
+  int pidfd;              /* pidfd of the worker, or -1 (old kernels) */
+  int sock;               /* our end of the socketpair, or -1 */
+  int err;                /* read end of the child's stderr, or -1 */
+  char dir[4096];         /* its private TMPDIR */
+  int compiles;           /* requests it has answered */
+  int64_t growth_kb;      /* its RSS growth at the last answer */
+  bool retire;            /* replace it before the next request */
+  unsigned seq;           /* names of private artifacts */
+  char tail[512];         /* the last bytes it wrote to stderr */
+  size_t ntail;
+} w = { .lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1, .sock = -1,
+        .err = -1 };
+
+static atomic_int fault_next, timeout_ms, max_compiles, max_growth_mb;
+static atomic_bool exiting;
+static _Atomic double exit_deadline;   /* monotonic ms; when exiting */
+
+void jcpu_worker_fault_next(jcpu_fault kind) { atomic_store(&fault_next, kind); }
+
+void jcpu_worker_set_timeout(int ms) { atomic_store(&timeout_ms, ms); }
+
+void jcpu_worker_set_limits(int compiles, int growth_mb)
+{
+  atomic_store(&max_compiles, compiles);
+  atomic_store(&max_growth_mb, growth_mb);
+}
+
+long jcpu_worker_pid(void)
+{
+  pthread_mutex_lock(&w.lock);
+  long pid = w.pid;
+  pthread_mutex_unlock(&w.lock);
+  return pid;
+}
+
+/* Keep the last bytes the child wrote to its stderr (its last words when
+** it dies: "virtual memory exhausted", an assembler error). */
+static void drain_err(void)
+{
+  char buf[512];
+  ssize_t n;
+  while (w.err >= 0 && (n = read(w.err, buf, sizeof buf)) > 0) {
+    size_t m = (size_t)n;
+    if (m >= sizeof w.tail) {
+      memcpy(w.tail, buf + m - sizeof w.tail, sizeof w.tail);
+      w.ntail = sizeof w.tail;
+      continue;
+    }
+    if (w.ntail + m > sizeof w.tail) {
+      size_t drop = w.ntail + m - sizeof w.tail;
+      memmove(w.tail, w.tail + drop, w.ntail - drop);
+      w.ntail -= drop;
+    }
+    memcpy(w.tail + w.ntail, buf, m);
+    w.ntail += m;
+  }
+}
+
+/* The last non-empty line of the child's stderr, into out. */
+static void last_words(char *out, size_t len)
+{
+  size_t end = w.ntail;
+  while (end > 0 && (w.tail[end - 1] == '\n' || w.tail[end - 1] == ' '))
+    end--;
+  size_t start = end;
+  while (start > 0 && w.tail[start - 1] != '\n')
+    start--;
+  size_t n = end - start < len - 1 ? end - start : len - 1;
+  memcpy(out, w.tail + start, n);
+  out[n] = '\0';
+}
+
+static void signal_worker(int sig)
+{
+  if (w.pidfd >= 0 &&
+      syscall(SYS_pidfd_send_signal, w.pidfd, sig, NULL, 0) == 0)
+    return;
+  if (w.pidfd < 0)   /* a pidfd that fails means the child is gone */
+    kill(w.pid, sig);
+}
+
+/* Wait up to grace_ms for the worker to end, then kill it; reap it, say
+** how it ended (when why is non-NULL), close our ends, remove its TMPDIR. */
+static void worker_reap(int grace_ms, char *why, size_t wlen)
+{
+  int status = 0;
+  pid_t r;
+  double until = now_ms() + grace_ms;
+  while ((r = waitpid(w.pid, &status, WNOHANG)) == 0 && now_ms() < until) {
+    if (w.pidfd >= 0) {
+      struct pollfd p = { w.pidfd, POLLIN, 0 };
+      poll(&p, 1, (int)(until - now_ms()) + 1);
+    } else {
+      nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
+    }
+  }
+  if (r == 0) {
+    signal_worker(SIGKILL);
+    while ((r = waitpid(w.pid, &status, 0)) < 0 && errno == EINTR)
+      ;
+  }
+  drain_err();
+  if (why) {
+    char last[200];
+    last_words(last, sizeof last);
+    int n = 0;
+    if (r == w.pid && WIFSIGNALED(status))
+      n = snprintf(why, wlen, "compile worker died (signal %d)",
+                   WTERMSIG(status));
+    else if (r == w.pid && WIFEXITED(status))
+      n = snprintf(why, wlen, "compile worker exited (status %d)",
+                   WEXITSTATUS(status));
+    else   /* reaped by someone else (SIGCHLD ignored, a wait(-1)) */
+      n = snprintf(why, wlen, "compile worker died");
+    if (last[0] && n > 0 && (size_t)n < wlen)
+      snprintf(why + n, wlen - (size_t)n, ": %s", last);
+    for (char *c = why; *c; c++)   /* one line */
+      if (*c == '\n' || *c == '\r')
+        *c = ' ';
+  }
+  close(w.sock);
+  close(w.err);
+  if (w.pidfd >= 0)
+    close(w.pidfd);
+  rm_tree(w.dir, 0);
+  if (tensor_log_on(TC_LOG_COMPILE))
+    tensor_log(TC_LOG_COMPILE, "compile worker %ld stopped after %d "
+               "compiles (grew %.1f MB)", (long)w.pid, w.compiles,
+               (double)w.growth_kb / 1024);
+  w.pid = 0;
+  w.pidfd = w.sock = w.err = -1;
+  w.ntail = 0;
+  w.compiles = 0;
+  w.growth_kb = 0;
+  w.retire = false;
+}
+
+/* A process forked by the user must not talk to our worker (they would
+** share one socket): it forgets it, and starts its own when it compiles. */
+static void atfork_child(void)
+{
+  pthread_mutex_init(&w.lock, NULL);
+  if (w.pid) {
+    close(w.sock);
+    close(w.err);
+    if (w.pidfd >= 0)
+      close(w.pidfd);
+  }
+  w.pid = 0;
+  w.pidfd = w.sock = w.err = -1;
+  w.compiles = 0;
+  w.retire = false;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
+
+static int worker_start(char *reason, size_t rlen)
+{
+  pthread_once(&atfork_once, atfork_register);
+  jcpu_target();                /* initialized before fork, never in it */
+  /* its private TMPDIR: under $TMPDIR, else /tmp (as libiberty's
+  ** choose_tmpdir falls back when TMPDIR is not writable) */
+  const char *tmp = getenv("TMPDIR");
+  snprintf(w.dir, sizeof w.dir, "%s/tc-jit-XXXXXX",
+           tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(w.dir)) {
+    snprintf(w.dir, sizeof w.dir, "/tmp/tc-jit-XXXXXX");
+    if (!mkdtemp(w.dir)) {
+      say(reason, rlen, "cannot start the compile worker: %s: %s", w.dir,
+          strerror(errno));
+      return -1;
+    }
+  }
+  int sv[2], ep[2] = { -1, -1 };
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+    say(reason, rlen, "cannot start the compile worker: socketpair: %s",
+        strerror(errno));
+    rmdir(w.dir);
+    return -1;
+  }
+  if (pipe2(ep, O_CLOEXEC) < 0) {
+    say(reason, rlen, "cannot start the compile worker: pipe: %s",
+        strerror(errno));
+    close(sv[0]);
+    close(sv[1]);
+    rmdir(w.dir);
+    return -1;
+  }
+  /* no thread of ours is inside libgccjit while the child is made */
+  jcpu_compile_lock();
+  double t0 = now_ms();
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    close(ep[0]);
+    child_main(sv[1], ep[1], w.dir);
+  }
+  int err = errno;
+  double fork_ms = now_ms() - t0;
+  jcpu_compile_unlock();
+  close(sv[1]);
+  close(ep[1]);
+  if (pid < 0) {
+    say(reason, rlen, "cannot start the compile worker: fork: %s",
+        strerror(err));
+    close(sv[0]);
+    close(ep[0]);
+    rmdir(w.dir);
+    return -1;
+  }
+  fcntl(ep[0], F_SETFL, O_NONBLOCK);
+  w.pid = pid;
+  w.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  w.sock = sv[0];
+  w.err = ep[0];
+  w.ntail = 0;
+  w.compiles = 0;
+  w.growth_kb = 0;
+  w.retire = false;
+  if (tensor_log_on(TC_LOG_COMPILE))
+    tensor_log(TC_LOG_COMPILE, "compile worker %ld started (fork %.2f ms)",
+               (long)pid, fork_ms);
+  return 0;
+}
+
+/* Until when may the request in flight run: its own deadline, or the exit
+** grace once jcpu_worker_shutdown has begun. */
+static double request_until(double deadline)
+{
+  if (atomic_load(&exiting)) {
+    double e = atomic_load(&exit_deadline);
+    if (e < deadline)
+      return e;
+  }
+  return deadline;
+}
+
+/* Wait (polling the child's stderr too) until fd is ready for `ev` or the
+** child is gone. 1 ready, 0 past the deadline, -1 the child is gone. */
+static int wait_ready(int fd, short ev, double deadline)
+{
+  for (;;) {
+    double left = request_until(deadline) - now_ms();
+    if (left <= 0)
+      return 0;
+    struct pollfd p[3] = { { fd, ev, 0 }, { w.err, POLLIN, 0 },
+                           { w.pidfd, POLLIN, 0 } };
+    int np = w.pidfd >= 0 ? 3 : 2;
+    /* slices, so an exit that begins meanwhile is seen */
+    int r = poll(p, (nfds_t)np, left < 50 ? (int)left + 1 : 50);
+    if (r < 0 && errno != EINTR)
+      return -1;
+    if (p[1].revents)
+      drain_err();
+    if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)) {
+      close(w.err);   /* drained; do not spin on it */
+      w.err = -1;
+    }
+    if (p[0].revents & ev)
+      return 1;
+    if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL))
+      return -1;
+    if (np == 3 && (p[2].revents & POLLIN))
+      return -1;   /* exited, and nothing left to read */
+  }
+}
+
+typedef enum { IO_OK, IO_TIMEOUT, IO_DEAD } io_rc;
+
+static io_rc send_all(const void *p, size_t n, double deadline)
+{
+  while (n > 0) {
+    ssize_t r = send(w.sock, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      p = (const char *)p + r;
+      n -= (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && errno != EAGAIN)
+      return IO_DEAD;
+    int ready = wait_ready(w.sock, POLLOUT, deadline);
+    if (ready <= 0)
+      return ready == 0 ? IO_TIMEOUT : IO_DEAD;
+  }
+  return IO_OK;
+}
+
+static io_rc recv_all(void *p, size_t n, double deadline)
+{
+  while (n > 0) {
+    ssize_t r = recv(w.sock, p, n, MSG_DONTWAIT);
+    if (r > 0) {
+      p = (char *)p + r;
+      n -= (size_t)r;
+      continue;
+    }
+    if (r == 0)
+      return IO_DEAD;
+    if (errno == EINTR)
+      continue;
+    if (errno != EAGAIN)
+      return IO_DEAD;
+    int ready = wait_ready(w.sock, POLLIN, deadline);
+    if (ready <= 0)
+      return ready == 0 ? IO_TIMEOUT : IO_DEAD;
+  }
+  return IO_OK;
+}
+
+/* One request/answer with the running worker. On success *source is the
+** dump (malloc'd or NULL) and *ms the child's compile time. */
+static jcpu_status request(const kir_kernel *k, const char *key,
+                           const char *path, char **source, double *ms,
+                           char *reason, size_t rlen)
+{
+  int limit = atomic_load(&timeout_ms);
+  if (limit <= 0)
+    limit = JCPU_WORKER_TIMEOUT_MS;
+  double t0 = now_ms(), deadline = t0 + limit;
+  size_t plen = strlen(path);
+  wreq *rq = malloc(sizeof *rq);
+  if (!rq) {
+    say(reason, rlen, "out of memory");
+    return JCPU_E_COMPILE;
+  }
+  memset(rq, 0, offsetof(wreq, k));
+  rq->magic = WMAGIC;
+  rq->fault = (uint32_t)atomic_exchange(&fault_next, JCPU_FAULT_NONE);
+  rq->path_len = (uint32_t)plen;
+  rq->limit_ms = (uint32_t)limit;
+  snprintf(rq->key, sizeof rq->key, "%s", key);
+  rq->k = *k;
+  io_rc io = send_all(rq, sizeof *rq, deadline);
+  free(rq);
+  if (io == IO_OK)
+    io = send_all(path, plen, deadline);
+  wresp a;
+  if (io == IO_OK)
+    io = recv_all(&a, sizeof a, deadline);
+  if (io == IO_OK && (a.magic != WMAGIC || a.reason_len >= REASON_MAX ||
+                      a.source_len > SOURCE_MAX))
+    io = IO_DEAD;
+  char *text = NULL;
+  if (io == IO_OK) {
+    text = malloc((size_t)a.reason_len + a.source_len + 2);
+    io = text ? recv_all(text, (size_t)a.reason_len + a.source_len, deadline)
+              : IO_DEAD;
+  }
+  if (io != IO_OK) {
+    free(text);
+    if (io == IO_TIMEOUT) {
+      bool cut = request_until(deadline) < deadline;
+      signal_worker(SIGKILL);
+      worker_reap(0, NULL, 0);
+      if (cut)
+        say(reason, rlen, "compile cancelled: the process is exiting");
+      else
+        say(reason, rlen, "compile took longer than %d ms; worker killed",
+            limit);
+    } else {
+      worker_reap(1000, reason, rlen);
+    }
+    return JCPU_E_COMPILE;
+  }
+  /* bounded memory there too: replace it before the next request */
+  int nmax = atomic_load(&max_compiles), mb = atomic_load(&max_growth_mb);
+  w.compiles++;
+  if (w.compiles >= (nmax > 0 ? nmax : JCPU_WORKER_MAX_COMPILES) ||
+      a.growth_kb > (int64_t)(mb > 0 ? mb : JCPU_WORKER_MAX_GROWTH_MB) * 1024)
+    w.retire = true;
+  w.growth_kb = a.growth_kb;
+  *ms = a.ms;
+  if (a.status != JCPU_OK) {
+    say(reason, rlen, "%.*s", (int)a.reason_len, text);
+    free(text);
+    return a.status == JCPU_E_UNSUPPORTED ? JCPU_E_UNSUPPORTED
+                                          : JCPU_E_COMPILE;
+  }
+  if (a.source_len) {
+    memmove(text, text + a.reason_len, a.source_len);
+    text[a.source_len] = '\0';
+    *source = text;
+  } else {
+    free(text);
+  }
+  return JCPU_OK;
+}
+
+jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
+                                const char *so_path, jcpu_kernel **out,
+                                char *reason, size_t rlen)
+{
+  *out = NULL;
+  if (jcpu_take_fault()) {
+    say(reason, rlen, "injected compile failure");
+    return JCPU_E_COMPILE;
+  }
+  char why[160];
+  if (jcpu_check(k, why, sizeof why) < 0) {   /* no worker needed for that */
+    say(reason, rlen, "unsupported kernel: %s", why);
+    return JCPU_E_UNSUPPORTED;
+  }
+  if (!key || strlen(key) >= KEY_MAX) {
+    say(reason, rlen, "bad kernel key");
+    return JCPU_E_COMPILE;
+  }
+  pthread_mutex_lock(&w.lock);
+  jcpu_status st = JCPU_E_COMPILE;
+  char priv[4200];
+  const char *path = so_path;
+  char *source = NULL;
+  double ms = 0;
+  if (atomic_load(&exiting)) {
+    say(reason, rlen, "compile cancelled: the process is exiting");
+    goto out;
+  }
+  if (w.pid && w.retire) {   /* EOF: it cleans up and leaves */
+    shutdown(w.sock, SHUT_WR);
+    worker_reap(500, NULL, 0);
+  }
+  if (!w.pid && worker_start(reason, rlen) < 0)
+    goto out;
+  if (!path) {   /* no store: a private file, gone once loaded */
+    snprintf(priv, sizeof priv, "%s/k%u-%s.so", w.dir, w.seq++, key);
+    path = priv;
+  }
+  st = request(k, key, path, &source, &ms, reason, rlen);
+  if (st == JCPU_OK && (st = jcpu_load(k, key, path, out, reason, rlen)) ==
+                       JCPU_OK) {
+    jcpu_kernel_adopt(*out, source, ms);
+    source = NULL;
+  }
+  if (path == priv)
+    unlink(priv);
+out:
+  pthread_mutex_unlock(&w.lock);
+  free(source);
+  return st;
+}
+
+void jcpu_worker_shutdown(int grace_ms)
+{
+  if (!atomic_load(&exiting)) {
+    atomic_store(&exit_deadline, now_ms() + grace_ms);
+    atomic_store(&exiting, true);
+  }
+  /* A request in flight ends by the deadline (then its worker is killed);
+  ** wait for it, but never without bound. */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += grace_ms / 1000 + 3;
+  if (pthread_mutex_timedlock(&w.lock, &until) != 0)
+    return;
+  if (w.pid) {
+    /* EOF tells an idle worker to clean up and leave */
+    shutdown(w.sock, SHUT_WR);
+    worker_reap(500, NULL, 0);
+  }
+  pthread_mutex_unlock(&w.lock);
+}

@@ -1,0 +1,490 @@
+/*
+** test_worker.c -- src/jit_cpu/worker.c: libgccjit in a child process. A
+** kernel compiled by the worker runs here and equals eager bitwise; the
+** artifact carries its key and a wrong key is refused; whatever the child
+** does (crash, SIGKILL, exit(1) as on "virtual memory exhausted", a real
+** out-of-memory, a hang) the request fails with the reason, this process
+** lives on and the next compile gets a new worker; the child holds none of
+** our descriptors and runs none of our exit handlers; it is replaced after
+** its limits, ends when we die, and leaves nothing in TMPDIR.
+**
+** main() points TMPDIR at a fresh directory first, so the tests can look
+** at everything the workers put there. Nothing here compiles in this
+** process: libgccjit reads TMPDIR once per process, and the workers must
+** read their own (a fork inherits what the parent has read).
+*/
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jit_cpu.h"
+#include "eager.h"
+
+#define KEY_A "0123456789abcdef0123456789abcdef"
+#define KEY_B "fedcba9876543210fedcba9876543210"
+
+static char tmpdir[256];
+
+/* -- Helpers ------------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* out = exp(x) * c + x over n f32 (c a constant, so each c is its own
+** kernel). */
+static kir_kernel *kernel(int64_t n, double c)
+{
+  kir_kernel *k = calloc(1, sizeof *k);
+  assert_non_null(k);
+  k->kind = KIR_MAP;
+  k->ndim = 1;
+  k->size[0] = n;
+  k->nbufs = 2;
+  k->buf[0] = (kir_buf){ .role = KIR_IN, .dtype = TC_F32, .stride = { 1 } };
+  k->buf[1] = (kir_buf){ .role = KIR_OUT, .dtype = TC_F32, .stride = { 1 } };
+  int x = kir_load(k, 0);
+  int e = kir_emit(k, KOP_EXP, TC_F32, x, -1, -1);
+  int m = kir_emit(k, KOP_MUL, TC_F32, e, kir_const(k, TC_F32, c), -1);
+  int a = kir_emit(k, KOP_ADD, TC_F32, m, x, -1);
+  assert_true(a >= 0);
+  k->npasses = 1;
+  k->pass[0] = (kir_pass){ KIR_PASS_STORE, 0, 1, a };
+  return k;
+}
+
+/* Compile in the worker; fails the test unless it works. */
+static jcpu_kernel *wcompile(const kir_kernel *k, const char *key,
+                             const char *path)
+{
+  jcpu_kernel *jk = NULL;
+  char why[256] = "";
+  jcpu_status st = jcpu_worker_compile(k, key, path, &jk, why, sizeof why);
+  if (st != JCPU_OK)
+    fail_msg("worker compile failed (%d): %s", st, why);
+  assert_non_null(jk);
+  return jk;
+}
+
+/* The compile must fail; returns the reason. */
+static void wfail(const kir_kernel *k, char *why, size_t len)
+{
+  jcpu_kernel *jk = (jcpu_kernel *)(void *)why;   /* must become NULL */
+  why[0] = '\0';
+  assert_int_equal(jcpu_worker_compile(k, KEY_A, NULL, &jk, why, len),
+                   JCPU_E_COMPILE);
+  assert_null(jk);
+  assert_true(strlen(why) > 0);
+  assert_null(strchr(why, '\n'));
+}
+
+/* Run k's kernel on x (n floats) and check it against eager, bitwise. */
+static void check_runs(const jcpu_kernel *jk, const kir_kernel *k, double c)
+{
+  int64_t n = k->size[0];
+  tc_tensor *x = tc_randn(TC_F32, 1, &n, 7);
+  float *got = calloc((size_t)n, sizeof *got), *want = calloc((size_t)n, 4);
+  char *bufs[2] = { tc_data(x), (char *)got };
+  assert_int_equal(jcpu_launch(jk, k, bufs, NULL, NULL), 0);
+  tc_tensor *e = tc_exp(x), *m = tc_mul_scalar(e, c), *r = tc_add(m, x);
+  assert_int_equal(tc_copy_to(r, want, (size_t)n * 4), 0);
+  assert_memory_equal(got, want, (size_t)n * 4);
+  tc_release(r); tc_release(m); tc_release(e); tc_release(x);
+  free(got);
+  free(want);
+}
+
+/* Entries of a directory other than . and .., into names (count). */
+static int list_dir(const char *dir, char names[][256], int max)
+{
+  DIR *d = opendir(dir);
+  if (!d)
+    return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && n < max)
+      snprintf(names[n++], 256, "%s", e->d_name);
+  closedir(d);
+  return n;
+}
+
+static bool alive(long pid) { return pid > 0 && kill((pid_t)pid, 0) == 0; }
+
+/* End the running worker (an injected SIGKILL), so the next compile starts
+** a fresh one. */
+static void fresh_worker(void)
+{
+  kir_kernel *k = kernel(99, 1.5);
+  char why[256];
+  jcpu_worker_fault_next(JCPU_FAULT_KILL);
+  jcpu_kernel *jk = NULL;
+  jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why);
+  jcpu_free(jk);
+  assert_int_equal(jcpu_worker_pid(), 0);
+  free(k);
+}
+
+/* -- A compiled kernel ------------------------------------------------------------ */
+
+static void test_worker_kernel_equals_eager(void **state)
+{
+  (void)state;
+  kir_kernel *k = kernel(100003, 2.0);
+  jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
+  assert_true(jcpu_worker_pid() > 0);
+  assert_true(jcpu_worker_pid() != getpid());
+  /* the dump and compile time came back from the child */
+  assert_non_null(jcpu_source(jk));
+  assert_non_null(strstr(jcpu_source(jk), "main ("));
+  assert_true(jcpu_last_compile_ms(jk) > 0);
+  check_runs(jk, k, 2.0);
+  jcpu_free(jk);
+  free(k);
+}
+
+/* Without a store path, the artifact lives in the worker's private TMPDIR
+** only until it is loaded: the folder holds nothing afterwards. */
+static void test_worker_private_files(void **state)
+{
+  (void)state;
+  kir_kernel *k = kernel(1000, 3.0);
+  jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
+  char names[8][256], sub[600];
+  assert_int_equal(list_dir(tmpdir, names, 8), 1);   /* tc-jit-XXXXXX */
+  assert_true(strncmp(names[0], "tc-jit-", 7) == 0);
+  snprintf(sub, sizeof sub, "%s/%s", tmpdir, names[0]);
+  assert_int_equal(list_dir(sub, names, 8), 0);
+  check_runs(jk, k, 3.0);   /* unlinked, still mapped */
+  jcpu_free(jk);
+  free(k);
+}
+
+/* -- The artifact carries its key ------------------------------------------------- */
+
+static void test_worker_artifact_key(void **state)
+{
+  (void)state;
+  char dir[] = "/tmp/tc-test-worker-XXXXXX", path[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/k.so", dir);
+  kir_kernel *k = kernel(5000, 4.0);
+  jcpu_kernel *jk = wcompile(k, KEY_A, path);
+  check_runs(jk, k, 4.0);
+  jcpu_free(jk);
+  /* the bytes of the file hold the marker, the key and a NUL */
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char bytes[1 << 20];
+  size_t n = fread(bytes, 1, sizeof bytes, f);
+  fclose(f);
+  const char want[] = JCPU_KEY_MARKER KEY_A;   /* sizeof counts the NUL */
+  bool found = false;
+  for (size_t i = 0; !found && i + sizeof want <= n; i++)
+    found = memcmp(bytes + i, want, sizeof want) == 0;
+  assert_true(found);
+  /* loaded under its key it works, under another it is refused */
+  char why[256];
+  assert_int_equal(jcpu_load(k, KEY_A, path, &jk, why, sizeof why), JCPU_OK);
+  check_runs(jk, k, 4.0);
+  jcpu_free(jk);
+  jk = (jcpu_kernel *)(void *)why;
+  assert_int_equal(jcpu_load(k, KEY_B, path, &jk, why, sizeof why),
+                   JCPU_E_LOAD);
+  assert_null(jk);
+  assert_string_equal(why, "artifact is for another kernel");
+  /* a shared object with no key at all (libc) is refused too */
+  Dl_info info;
+  assert_true(dladdr((void *)&fclose, &info) != 0);
+  assert_int_equal(jcpu_load(k, KEY_A, info.dli_fname, &jk, why, sizeof why),
+                   JCPU_E_LOAD);
+  assert_null(jk);
+  assert_string_equal(why, "artifact carries no kernel key");
+  unlink(path);
+  rmdir(dir);
+  free(k);
+}
+
+/* -- Whatever the child does, this process lives on ------------------------------- */
+
+static pid_t test_pid;
+static char marker[300];
+
+/* Registered before the worker exists: if the child ran our exit handlers
+** (libgccjit calls exit), this would leave a file behind. */
+static void exit_handler(void)
+{
+  if (getpid() != test_pid) {
+    int fd = open(marker, O_WRONLY | O_CREAT, 0600);
+    if (fd >= 0)
+      close(fd);
+  }
+}
+
+/* One fault: the request fails with a reason starting with `want`, the
+** worker is gone, and the next compile works in a new one. */
+static void fault_case(jcpu_fault kind, const char *want, char *why,
+                       size_t len)
+{
+  kir_kernel *k = kernel(777, 5.0);
+  jcpu_kernel *jk = wcompile(k, KEY_A, NULL);   /* a worker is running */
+  jcpu_free(jk);
+  long before = jcpu_worker_pid();
+  assert_true(alive(before));
+  jcpu_worker_fault_next(kind);
+  wfail(k, why, len);
+  if (strncmp(why, want, strlen(want)) != 0)
+    fail_msg("fault %d: reason \"%s\", want \"%s...\"", kind, why, want);
+  assert_int_equal(jcpu_worker_pid(), 0);
+  assert_false(alive(before));   /* reaped */
+  jk = wcompile(k, KEY_A, NULL);
+  assert_true(jcpu_worker_pid() != before);
+  check_runs(jk, k, 5.0);
+  jcpu_free(jk);
+  free(k);
+}
+
+static void test_worker_crash(void **state)
+{
+  (void)state;
+  char why[256];
+  fault_case(JCPU_FAULT_CRASH, "compile worker died (signal 11)", why,
+             sizeof why);
+  assert_string_equal(why, "compile worker died (signal 11)");
+  fault_case(JCPU_FAULT_KILL, "compile worker died (signal 9)", why,
+             sizeof why);
+}
+
+/* libgccjit's xmalloc prints "virtual memory exhausted" and calls exit(1):
+** the child's exit, its last words as the reason, our handlers not run. */
+static void test_worker_exit(void **state)
+{
+  (void)state;
+  char why[256];
+  fault_case(JCPU_FAULT_EXIT, "compile worker exited (status 1)", why,
+             sizeof why);
+  assert_string_equal(why, "compile worker exited (status 1): virtual "
+                           "memory exhausted: Cannot allocate memory");
+  struct stat st;
+  assert_int_equal(stat(marker, &st), -1);
+}
+
+/* A real out-of-memory: the child's address space is capped a little above
+** its size, and libgccjit runs out during the compile. However it ends
+** (libgccjit's exit, a crash, or an error it reports), this process
+** carries on and the next compile works. */
+static void test_worker_nomem(void **state)
+{
+  (void)state;
+  char why[256];
+  fault_case(JCPU_FAULT_NOMEM, "", why, sizeof why);
+  printf("# out of memory in the worker: %s\n", why);
+  struct stat st;
+  assert_int_equal(stat(marker, &st), -1);
+}
+
+/* A compile past the deadline is killed, quickly, and reported. */
+static void test_worker_hang(void **state)
+{
+  (void)state;
+  char why[256];
+  jcpu_worker_set_timeout(400);
+  double t0 = now_ms();
+  fault_case(JCPU_FAULT_HANG, "compile took longer than 400 ms; worker killed",
+             why, sizeof why);
+  assert_true(now_ms() - t0 < 10000);
+  jcpu_worker_set_timeout(0);
+}
+
+/* -- Descriptors ---------------------------------------------------------------------- */
+
+/* A pipe opened before the worker starts: once we close its write end, the
+** read end sees EOF, so the child holds no copy. And the child has exactly
+** its four descriptors. */
+static void test_worker_fds(void **state)
+{
+  (void)state;
+  kir_kernel *k = kernel(999, 6.0);
+  fresh_worker();
+  int p[2];
+  assert_int_equal(pipe(p), 0);   /* inheritable, as a user's might be */
+  jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
+  long pid = jcpu_worker_pid();
+  assert_true(alive(pid));
+  close(p[1]);
+  struct pollfd pf = { p[0], POLLIN, 0 };
+  assert_int_equal(poll(&pf, 1, 5000), 1);
+  char c;
+  assert_int_equal(read(p[0], &c, 1), 0);   /* EOF */
+  close(p[0]);
+  char dir[64], names[64][256];
+  snprintf(dir, sizeof dir, "/proc/%ld/fd", pid);
+  int n = list_dir(dir, names, 64);
+  if (n != 4) {
+    for (int i = 0; i < n; i++)
+      printf("# child fd %s\n", names[i]);
+    fail_msg("the worker holds %d descriptors, want 4", n);
+  }
+  jcpu_free(jk);
+  free(k);
+}
+
+/* -- Limits, parent death ------------------------------------------------------------- */
+
+/* After max compiles, or once it has grown past the bound, the next request
+** goes to a new worker. */
+static void test_worker_limits(void **state)
+{
+  (void)state;
+  kir_kernel *k = kernel(555, 7.0);
+  fresh_worker();
+  jcpu_worker_set_limits(2, 0);
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  long a = jcpu_worker_pid();
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  assert_int_equal(jcpu_worker_pid(), a);   /* 2 served: retired ... */
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  long b = jcpu_worker_pid();
+  assert_true(b != a);                      /* ... and replaced */
+  assert_false(alive(a));
+  /* 1 MB: every compile grows libgccjit's process by more */
+  jcpu_worker_set_limits(1000, 1);
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  assert_true(jcpu_worker_pid() != b);
+  jcpu_worker_set_limits(0, 0);
+  free(k);
+}
+
+/* A process that dies without stopping its worker (SIGKILL): the worker
+** sees EOF, removes its TMPDIR and exits. */
+static void test_worker_parent_dies(void **state)
+{
+  (void)state;
+  char dir[] = "/tmp/tc-test-orphan-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(p[0]);
+    setenv("TMPDIR", dir, 1);
+    kir_kernel *k = kernel(100, 8.0);
+    jcpu_kernel *jk = NULL;
+    char why[256];
+    if (jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why) != JCPU_OK)
+      _exit(1);
+    long pid = jcpu_worker_pid();
+    if (write(p[1], &pid, sizeof pid) != sizeof pid)
+      _exit(1);
+    raise(SIGKILL);
+  }
+  close(p[1]);
+  long wpid = 0;
+  assert_int_equal(read(p[0], &wpid, sizeof wpid), (ssize_t)sizeof wpid);
+  close(p[0]);
+  int status;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status));
+  double t0 = now_ms();
+  while (alive(wpid) && now_ms() - t0 < 10000)
+    usleep(10000);
+  assert_false(alive(wpid));
+  char names[8][256];
+  assert_int_equal(list_dir(dir, names, 8), 0);   /* its folder went too */
+  rmdir(dir);
+}
+
+/* -- Unsupported kernels, shutdown ---------------------------------------------------- */
+
+static void test_worker_unsupported(void **state)
+{
+  (void)state;
+  kir_kernel *k = kernel(10, 1.0);
+  k->buf[0].dtype = k->buf[1].dtype = TC_I32;
+  int x = kir_load(k, 0);
+  k->pass[0].value = kir_emit(k, KOP_DIV, TC_I32, x, x, -1);
+  jcpu_kernel *jk = NULL;
+  char why[256];
+  assert_int_equal(jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why),
+                   JCPU_E_UNSUPPORTED);
+  assert_non_null(strstr(why, "unsupported kernel: "));
+  jcpu_fail_next(1);   /* the injection applies to worker compiles too */
+  free(k);
+  k = kernel(10, 1.0);
+  assert_int_equal(jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why),
+                   JCPU_E_COMPILE);
+  assert_string_equal(why, "injected compile failure");
+  free(k);
+}
+
+/* Last: after shutdown no worker runs or starts, and TMPDIR is empty. */
+static void test_worker_shutdown(void **state)
+{
+  (void)state;
+  kir_kernel *k = kernel(321, 9.0);
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  long pid = jcpu_worker_pid();
+  jcpu_worker_shutdown(1000);
+  assert_int_equal(jcpu_worker_pid(), 0);
+  assert_false(alive(pid));
+  char why[256];
+  wfail(k, why, sizeof why);
+  assert_string_equal(why, "compile cancelled: the process is exiting");
+  assert_int_equal(jcpu_worker_pid(), 0);
+  char names[8][256];
+  int n = list_dir(tmpdir, names, 8);
+  for (int i = 0; i < n; i++)
+    printf("# left in TMPDIR: %s\n", names[i]);
+  assert_int_equal(n, 0);
+  free(k);
+}
+
+int main(void)
+{
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tc-test-worker-tmp-XXXXXX");
+  if (!mkdtemp(tmpdir))
+    return 1;
+  setenv("TMPDIR", tmpdir, 1);
+  test_pid = getpid();
+  snprintf(marker, sizeof marker, "/tmp/tc-test-worker-marker-%ld",
+           (long)test_pid);
+  atexit(exit_handler);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_worker_kernel_equals_eager),
+    cmocka_unit_test(test_worker_private_files),
+    cmocka_unit_test(test_worker_artifact_key),
+    cmocka_unit_test(test_worker_crash),
+    cmocka_unit_test(test_worker_exit),
+    cmocka_unit_test(test_worker_nomem),
+    cmocka_unit_test(test_worker_hang),
+    cmocka_unit_test(test_worker_fds),
+    cmocka_unit_test(test_worker_limits),
+    cmocka_unit_test(test_worker_parent_dies),
+    cmocka_unit_test(test_worker_unsupported),
+    cmocka_unit_test(test_worker_shutdown),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  unlink(marker);
+  rmdir(tmpdir);
+  return rc;
+}
