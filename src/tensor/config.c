@@ -160,6 +160,7 @@ static void load(void)
   c.node_limit = (int)env_int("TC_NODE_LIMIT", 2048, 16, 1 << 24);
   c.async = env_bool("TC_ASYNC", true);
   c.jit = env_bool("TC_JIT", true);
+  c.jit_worker = env_bool("TC_JIT_WORKER", true);
   c.threads = (int)env_int_named("TC_THREADS", 0, "all cores", 1, 1024);
   c.cache = env_bool("TC_CACHE", true);
   cache_dir(c.cache_dir, sizeof c.cache_dir);

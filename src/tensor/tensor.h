@@ -161,6 +161,8 @@ typedef struct {
                               realized (2048) */
   bool async;              /* TC_ASYNC: compile in the background (1) */
   bool jit;                /* TC_JIT: 0 traces but never compiles (1) */
+  bool jit_worker;         /* TC_JIT_WORKER: libgccjit runs in a compile
+                              worker process; 0 runs it here, inline (1) */
   int threads;             /* TC_THREADS (0: all cores) */
   bool cache;              /* TC_CACHE: the disk store (1) */
   char cache_dir[4096];    /* TC_CACHE_DIR, else $XDG_CACHE_HOME/tc, else

@@ -197,6 +197,46 @@ static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
   m->guards = (char *)guards;
 }
 
+/* Compiles in flight, on the compile thread or inline on any thread, are
+** counted: exit waits (bounded) for each to rename its artifact into the
+** store or remove it, and once exit has begun none starts. */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t done;
+  int inflight;
+  bool exiting;
+} ex = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
+
+static bool compile_begin(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  bool ok = !ex.exiting;
+  ex.inflight += ok;
+  pthread_mutex_unlock(&ex.lock);
+  return ok;
+}
+
+static void compile_end(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  if (--ex.inflight == 0)
+    pthread_cond_broadcast(&ex.done);
+  pthread_mutex_unlock(&ex.lock);
+}
+
+static bool exiting(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  bool x = ex.exiting;
+  pthread_mutex_unlock(&ex.lock);
+  return x;
+}
+
+/* TC_JIT_WORKER=0 runs libgccjit in this process (debugging: gdb, perf),
+** with every compile inline. Otherwise compiles run in the compile worker
+** (jit_cpu.h), so libgccjit's memory, exits and crashes stay out of here. */
+static bool worker_on(void) { return tensor_cfg()->jit_worker; }
+
 /* The compiled kernel for k (of the region with structure hash `region`):
 ** from this process's table, the disk store, or a fresh compile (then
 ** entered in both). NULL with reason on failure. */
@@ -238,21 +278,32 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
     }
     store_meta_free(&m);
   }
+  if (!jk && !compile_begin()) {
+    snprintf(reason, rlen, "compile cancelled: the process is exiting");
+    goto out;
+  }
   if (!jk) {
     double t0 = now_ms();
     jcpu_status rc;
     bool to_disk = store_is_open() &&
                    store_tmp_path(key, path, sizeof path) == 0;
-    rc = to_disk ? jcpu_compile_to_file(k, key, path, &jk, reason, rlen)
-                 : jcpu_compile(k, &jk, reason, rlen);
-    if (rc != JCPU_OK && to_disk) {
+    if (worker_on())   /* libgccjit runs in the compile worker */
+      rc = jcpu_worker_compile(k, key, to_disk ? path : NULL, &jk, reason,
+                               rlen);
+    else
+      rc = to_disk ? jcpu_compile_to_file(k, key, path, &jk, reason, rlen)
+                   : jcpu_compile(k, &jk, reason, rlen);
+    if (to_disk && (rc == JCPU_E_COMPILE || rc == JCPU_E_LOAD)) {
       /* A full or read-only disk fails the compile to file: compile the
-      ** same kernel in memory (principle 5), and say so once. */
+      ** same kernel to a private file or in memory (principle 5), and say
+      ** so once. */
       char why[256];
       snprintf(why, sizeof why, "%s", reason);
       unlink(path);
       to_disk = false;
-      rc = jcpu_compile(k, &jk, reason, rlen);
+      rc = worker_on()
+             ? jcpu_worker_compile(k, key, NULL, &jk, reason, rlen)
+             : jcpu_compile(k, &jk, reason, rlen);
       if (rc == JCPU_OK && !store_warned)
         tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s: %s); "
                    "kernels stay in memory", store_root(), why);
@@ -263,13 +314,15 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
     if (rc != JCPU_OK) {
       if (to_disk)
         unlink(path);
+      compile_end();
       jk = NULL;
       goto out;
     }
     eager_count(ST_KERNELS_COMPILED);
     if (tensor_log_on(TC_LOG_COMPILE))
-      tensor_log(TC_LOG_COMPILE, "kernel %.12s: %.1f ms (%s, %s, %d "
-                 "instructions)", key, ms, jcpu_target(),
+      tensor_log(TC_LOG_COMPILE, "kernel %.12s: %.1f ms, %.1f in libgccjit "
+                 "(%s, %s, %d instructions)", key, ms,
+                 jcpu_last_compile_ms(jk), jcpu_target(),
                  k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
     if (to_disk) {
       meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
@@ -281,6 +334,7 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
         store_warned = true;
       }
     }
+    compile_end();
     if (debug_on()) {
       fprintf(stderr, "tc[debug]: kernel %s IR:\n%s", key, ir);
       jcpu_dump_source(jk, stderr);
@@ -299,17 +353,9 @@ out:
   return jk;
 }
 
-/* Free every kernel at exit, so leak checkers see only real leaks. */
-__attribute__((destructor)) static void kernels_free(void)
-{
-  for (int b = 0; b < 256; b++)
-    while (ktab[b]) {
-      kentry *e = ktab[b];
-      ktab[b] = e->next;
-      jcpu_free(e->jk);
-      free(e);
-    }
-}
+/* The kernel table is not freed at exit: another thread may still be
+** running a kernel while exit() runs (dlclose would unmap its code), and
+** the table stays reachable, so leak checkers do not count it. */
 
 /* -- Compiling a region ----------------------------------------------------- */
 
@@ -354,7 +400,8 @@ static int plan_compile(fuse_plan *fp, const char *guards, uint64_t region,
 }
 
 /* Background compiles (TC_ASYNC, default on): a hot region keeps running
-** eagerly while a worker compiles its kernels; the plan is published under
+** eagerly while the compile thread compiles its kernels (each in the
+** compile worker process); the plan is published under
 ** the region table's lock when done. */
 typedef struct job {
   cache_entry *e;            /* borrowed: the table outlives jobs */
@@ -393,12 +440,13 @@ static void publish(cache_entry *e, fuse_plan *fp, int rc, const char *why,
     eager_count(ST_COMPILE_FAILURES);
   }
   trace_table_unlock();
-  if (rc != 0)   /* principle 5: one line, even unasked */
+  /* principle 5: one line, even unasked; not for compiles cut by exit */
+  if (rc != 0 && !exiting())
     tensor_log(TC_LOG_FALLBACK, "region %016llx: compile failed, running "
                "eagerly: %s", (unsigned long long)hash, why);
 }
 
-static void *worker(void *arg)
+static void *compile_thread(void *arg)
 {
   (void)arg;
   pthread_mutex_lock(&q.lock);
@@ -433,11 +481,19 @@ void trace_compile_wait(void)
   pthread_mutex_unlock(&q.lock);
 }
 
-/* At exit (before any library is finalized): drop queued compiles and let
-** the one in flight finish, so no thread is inside libgccjit while the
-** process tears it down. */
+/* At exit: no compile starts any more, queued ones are dropped, the one in
+** flight gets JCPU_WORKER_EXIT_GRACE_MS to finish (then its worker is
+** killed and it fails), the worker is stopped, and every compile in flight
+** (the compile thread's, or inline ones of other threads still running
+** while this one exits) gets a bounded time to rename its artifact into
+** the store or remove it, so nothing of a compile is left behind. With
+** libgccjit out of the process no library finalizer can race a compile,
+** so the order of exit handlers does not matter here. */
 static void compile_stop(void)
 {
+  pthread_mutex_lock(&ex.lock);
+  ex.exiting = true;
+  pthread_mutex_unlock(&ex.lock);
   pthread_mutex_lock(&q.lock);
   q.stopping = true;
   while (q.head) {
@@ -448,10 +504,20 @@ static void compile_stop(void)
     free(j);
   }
   q.tail = NULL;
-  while (q.busy)
-    pthread_cond_wait(&q.idle, &q.lock);
   pthread_mutex_unlock(&q.lock);
+  jcpu_worker_shutdown(JCPU_WORKER_EXIT_GRACE_MS);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  pthread_mutex_lock(&ex.lock);
+  while (ex.inflight > 0 &&
+         pthread_cond_timedwait(&ex.done, &ex.lock, &until) == 0)
+    ;
+  pthread_mutex_unlock(&ex.lock);
 }
+
+static pthread_once_t stop_once = PTHREAD_ONCE_INIT;
+static void stop_register(void) { atexit(compile_stop); }
 
 static bool async_on(void) { return tensor_cfg()->async; }
 
@@ -469,7 +535,7 @@ static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash)
   }
   if (!q.started) {
     pthread_t t;
-    if (pthread_create(&t, NULL, worker, NULL) != 0) {
+    if (pthread_create(&t, NULL, compile_thread, NULL) != 0) {
       pthread_mutex_unlock(&q.lock);
       free(j);
       return -1;
@@ -513,19 +579,14 @@ static void compile_region(const trace_region *r, cache_entry *e)
   if (debug_on())
     fuse_plan_dump(fp, stderr);
   char *guards = guards_text(r, dynamic);
-  /* The first compile runs inline: libgccjit registers its exit-time
-  ** destructors on first use, and compile_stop must be registered after
-  ** them (so it runs before them) to keep exit from racing a compile. */
-  static bool warm;
-  if (warm && async_on() && enqueue(e, fp, guards, r->hash) == 0)
-    return;   /* the worker owns fp and guards now */
+  pthread_once(&stop_once, stop_register);
+  /* TC_JIT_WORKER=0 compiles inline: libgccjit in this process registers
+  ** exit-time destructors that a background compile could race. */
+  if (async_on() && worker_on() && enqueue(e, fp, guards, r->hash) == 0)
+    return;   /* the compile thread owns fp and guards now */
   int rc = plan_compile(fp, guards, r->hash, reason, sizeof reason);
   free(guards);
   publish(e, fp, rc, reason, r->hash);
-  if (!warm && rc == 0) {
-    warm = true;
-    atexit(compile_stop);
-  }
 }
 
 /* -- Running ------------------------------------------------------------------ */

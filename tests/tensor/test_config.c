@@ -18,7 +18,7 @@
 
 static const char *const vars[] = {
   "TC_COMPILE", "TC_HOT", "TC_RECOMPILE_LIMIT", "TC_NODE_LIMIT", "TC_ASYNC",
-  "TC_JIT", "TC_THREADS", "TC_CACHE", "TC_CACHE_DIR", "TC_CACHE_MAX_MB",
+  "TC_JIT", "TC_JIT_WORKER", "TC_THREADS", "TC_CACHE", "TC_CACHE_DIR", "TC_CACHE_MAX_MB",
   "TC_POOL_MAX_MB", "TC_REGIONS_MAX", "TC_KERNELS_MAX", "TC_LOG", "TC_DEBUG",
   "TC_STATS",
 };
@@ -63,8 +63,10 @@ static void test_booleans(void **state)
     clear_env();
     setenv("TC_COMPILE", off[i], 1);
     setenv("TC_ASYNC", off[i], 1);
+    setenv("TC_JIT_WORKER", off[i], 1);
     assert_int_equal(reload_capturing(out, sizeof out), 0);
     assert_false(tensor_cfg()->compile);
+    assert_int_equal(tensor_cfg()->jit_worker, off[i][0] == '\0');
     /* an empty value is an unset one: the default (on) */
     assert_int_equal(tensor_cfg()->async, off[i][0] == '\0');
   }
@@ -91,7 +93,7 @@ static void test_defaults(void **state)
   assert_int_equal(c->hot, 2);
   assert_int_equal(c->recompile_limit, 8);
   assert_int_equal(c->node_limit, 2048);
-  assert_true(c->async && c->jit && c->cache);
+  assert_true(c->async && c->jit && c->jit_worker && c->cache);
   assert_int_equal(c->threads, 0);
   assert_int_equal(c->pool_max_mb, -1);
   assert_int_equal(c->cache_max_mb, 1024);
