@@ -36,7 +36,11 @@ typedef enum {
                            (e.g. an integer DIV, a transcendental of an
                            integer, a ROWVAR used before its pass) */
   JCPU_E_COMPILE,       /* libgccjit failed (or a fault was injected) */
-  JCPU_E_LOAD           /* dlopen/dlsym of an artifact failed */
+  JCPU_E_LOAD,          /* dlopen/dlsym of an artifact failed */
+  JCPU_E_WORKER         /* the compile worker could not do it: it could
+                           not start, died, exited or timed out, or the
+                           process is exiting (trying again at once would
+                           fail the same way) */
 } jcpu_status;
 
 /* An artifact (.so) names the kernel it was compiled for: it exports
@@ -113,7 +117,7 @@ double jcpu_last_compile_ms(const jcpu_kernel *jk);
 
 /* Compile k in the worker to so_path, with key embedded, and load it here.
 ** so_path NULL: a private temporary file, unlinked once loaded (no disk
-** store). Statuses and reasons as jcpu_compile_to_file, plus JCPU_E_COMPILE
+** store). Statuses and reasons as jcpu_compile_to_file, plus JCPU_E_WORKER
 ** for a worker that could not start, died or timed out. */
 jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
                                 const char *so_path, jcpu_kernel **out,

@@ -682,7 +682,7 @@ static jcpu_status request(const kir_kernel *k, const char *key,
     } else {
       worker_reap(1000, reason, rlen);
     }
-    return JCPU_E_COMPILE;
+    return JCPU_E_WORKER;
   }
   /* bounded memory there too: replace it before the next request */
   int nmax = atomic_load(&max_compiles), mb = atomic_load(&max_growth_mb);
@@ -727,7 +727,7 @@ jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
     return JCPU_E_COMPILE;
   }
   pthread_mutex_lock(&w.lock);
-  jcpu_status st = JCPU_E_COMPILE;
+  jcpu_status st = JCPU_E_WORKER;
   char priv[4200];
   const char *path = so_path;
   char *source = NULL;

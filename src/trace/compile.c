@@ -296,7 +296,8 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
     if (to_disk && (rc == JCPU_E_COMPILE || rc == JCPU_E_LOAD)) {
       /* A full or read-only disk fails the compile to file: compile the
       ** same kernel to a private file or in memory (principle 5), and say
-      ** so once. */
+      ** so once. Not after JCPU_E_WORKER: a worker that died or hung on
+      ** this kernel would only do it again. */
       char why[256];
       snprintf(why, sizeof why, "%s", reason);
       unlink(path);

@@ -20,6 +20,7 @@
 
 #include "../../src/trace/trace.h"
 #include "../../src/jit_cpu/jit_cpu.h"
+#include "../../src/cache/store.h"
 
 typedef tc_tensor *(*prog_fn)(tc_tensor *const *in);
 
@@ -306,6 +307,70 @@ static void test_fusion_compile_failure_falls_back(void **state)
   tc_scope_end(mark);
 }
 
+/* The compile worker dies during a region's compile: the region runs
+** eagerly (bitwise as before), one fallback line gives the worker's end as
+** the reason, and the next region compiles in a new worker. */
+static void test_fusion_worker_death_falls_back(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  size_t nb = sizeof(float) * 4800;
+  float *a = malloc(nb), *b = malloc(nb);
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(16, 300), 11);
+  tc_compile_set(false);
+  assert_int_equal(tc_copy_to(tc_gelu(tc_add_scalar(x, 0.5)), b, nb), 0);
+  tc_compile_set(true);
+  char *log = NULL;
+  size_t len = 0;
+  FILE *lf = open_memstream(&log, &len);
+  assert_non_null(lf);
+  tensor_log_to(lf, TC_LOG_FALLBACK);
+  jcpu_worker_fault_next(JCPU_FAULT_CRASH);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(tc_copy_to(tc_gelu(tc_add_scalar(x, 0.5)), a, nb), 0);
+    assert_memory_equal(a, b, nb);
+  }
+  tc_stats_get(&s1);
+  assert_int_equal(s1.compile_failures - s0.compile_failures, 1);
+  assert_int_equal(s1.regions_compiled - s0.regions_compiled, 0);
+  fflush(lf);
+  assert_non_null(strstr(log, "compile failed, running eagerly: compile "
+                              "worker died (signal 11)"));
+  assert_null(strchr(strchr(log, '\n') + 1, '\n'));   /* one line */
+  /* the next region compiles, in a new worker */
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(tc_copy_to(tc_sigmoid(tc_mul_scalar(x, 3)), a, nb), 0);
+  tc_stats_get(&s0);
+  assert_int_equal(s0.compile_failures, s1.compile_failures);
+  assert_true(s0.kernels_compiled > s1.kernels_compiled);
+  assert_true(s0.regions_compiled > s1.regions_compiled);
+  /* With a disk store, a compile that fails to its file is tried again in
+  ** a private file (a full disk); one whose worker died is not: the
+  ** injected crash is used up, so a retry would have compiled. */
+  char dir[] = "/tmp/tc-test-fusion-store-XXXXXX", why[256];
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(store_open(dir, why, sizeof why), 0);
+  jcpu_worker_fault_next(JCPU_FAULT_KILL);
+  tc_stats_get(&s0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(tc_copy_to(tc_tanh(tc_mul_scalar(x, 5)), a, nb), 0);
+  tc_stats_get(&s1);
+  assert_int_equal(s1.compile_failures - s0.compile_failures, 1);
+  assert_int_equal(s1.kernels_compiled - s0.kernels_compiled, 0);
+  store_close();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+  tensor_log_to(NULL, tensor_cfg()->log);
+  fclose(lf);
+  free(log);
+  free(a);
+  free(b);
+  tc_scope_end(mark);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -314,6 +379,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_fusion_adam_one_kernel, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_compile_failure_falls_back,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_worker_death_falls_back,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_fusion_every_op_bitwise, setup,
                                     teardown),

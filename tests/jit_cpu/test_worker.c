@@ -35,6 +35,7 @@
 
 #include "jit_cpu.h"
 #include "eager.h"
+#include "../../src/cache/store.h"
 
 #define KEY_A "0123456789abcdef0123456789abcdef"
 #define KEY_B "fedcba9876543210fedcba9876543210"
@@ -91,7 +92,7 @@ static void wfail(const kir_kernel *k, char *why, size_t len)
   jcpu_kernel *jk = (jcpu_kernel *)(void *)why;   /* must become NULL */
   why[0] = '\0';
   assert_int_equal(jcpu_worker_compile(k, KEY_A, NULL, &jk, why, len),
-                   JCPU_E_COMPILE);
+                   JCPU_E_WORKER);
   assert_null(jk);
   assert_true(strlen(why) > 0);
   assert_null(strchr(why, '\n'));
@@ -197,7 +198,9 @@ static void test_worker_artifact_key(void **state)
   static char bytes[1 << 20];
   size_t n = fread(bytes, 1, sizeof bytes, f);
   fclose(f);
+  assert_string_equal(JCPU_KEY_MARKER, STORE_KEY_MARKER);   /* one spelling */
   const char want[] = JCPU_KEY_MARKER KEY_A;   /* sizeof counts the NUL */
+  assert_true(store_artifact_has_key(bytes, n, KEY_A));    /* as the store sees it */
   bool found = false;
   for (size_t i = 0; !found && i + sizeof want <= n; i++)
     found = memcmp(bytes + i, want, sizeof want) == 0;
