@@ -103,12 +103,60 @@ static int graph_of(const trace_region *r, graph_buf *gb)
 typedef struct kentry {
   char key[STORE_KEY_LEN + 1];
   jcpu_kernel *jk;              /* owned */
+  int refs;                     /* the table's while in it, and one per
+                                   plan step that uses it (under ktab_lock) */
+  bool in_table;
+  uint64_t last_use;            /* the table's clock at the last lookup */
   struct kentry *next;
 } kentry;
 
 static pthread_mutex_t ktab_lock = PTHREAD_MUTEX_INITIALIZER;
 static kentry *ktab[256];
+static int ktab_count;          /* entries in the table */
+static uint64_t ktab_clock;
 static bool store_tried, store_warned;
+
+/* Drop one reference (ktab_lock held); the last one unloads the kernel.
+** Plans run under the trace lock and are freed under it, so no thread is
+** inside a kernel whose last reference goes. */
+static void kentry_put_locked(kentry *e)
+{
+  if (--e->refs > 0)
+    return;
+  jcpu_free(e->jk);
+  free(e);
+}
+
+/* A plan step's reference (fuse_plan.compiled_free). */
+static void kernel_put(void *p)
+{
+  pthread_mutex_lock(&ktab_lock);
+  kentry_put_locked(p);
+  pthread_mutex_unlock(&ktab_lock);
+}
+
+/* Keep the table under TC_KERNELS_MAX entries: the least recently looked
+** up leave it (and are unloaded once no plan uses them). */
+static void ktab_trim_locked(void)
+{
+  while (ktab_count >= tensor_cfg()->kernels_max) {
+    kentry **victim = NULL;
+    for (int b = 0; b < 256; b++)
+      for (kentry **p = &ktab[b]; *p; p = &(*p)->next)
+        if (!victim || (*p)->last_use < (*victim)->last_use)
+          victim = p;
+    if (!victim)
+      return;
+    kentry *e = *victim;
+    *victim = e->next;
+    e->in_table = false;
+    ktab_count--;
+    if (tensor_log_on(TC_LOG_CACHE))
+      tensor_log(TC_LOG_CACHE, "kernel %.12s leaves the table "
+                 "(TC_KERNELS_MAX %d)", e->key, tensor_cfg()->kernels_max);
+    kentry_put_locked(e);
+  }
+}
 
 static double now_ms(void)
 {
@@ -245,8 +293,8 @@ static bool worker_on(void) { return tensor_cfg()->jit_worker; }
 _Static_assert(sizeof JCPU_KEY_MARKER == sizeof STORE_KEY_MARKER,
                "key markers differ");
 
-static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
-                               uint64_t region, char *reason, size_t rlen)
+static kentry *kernel_get(const kir_kernel *k, const char *guards,
+                          uint64_t region, char *reason, size_t rlen)
 {
   char *ir = kir_text(k);
   if (!ir) {
@@ -258,11 +306,14 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
   unsigned b = (unsigned)strtoul((char[]){ key[0], key[1], 0 }, NULL, 16);
   pthread_mutex_lock(&ktab_lock);
   jcpu_kernel *jk = NULL;
-  for (kentry *e = ktab[b]; e && !jk; e = e->next)
-    if (strcmp(e->key, key) == 0)
-      jk = e->jk;
-  if (jk)
+  kentry *e = ktab[b];
+  while (e && strcmp(e->key, key) != 0)
+    e = e->next;
+  if (e) {
+    e->last_use = ++ktab_clock;
+    e->refs++;   /* the caller's */
     goto out;
+  }
   store_lazy_open();
   char path[4096];
   store_meta m;
@@ -341,17 +392,24 @@ static jcpu_kernel *kernel_get(const kir_kernel *k, const char *guards,
       jcpu_dump_source(jk, stderr);
     }
   }
-  kentry *e = malloc(sizeof *e);
-  if (e) {
-    memcpy(e->key, key, sizeof e->key);
-    e->jk = jk;
-    e->next = ktab[b];
-    ktab[b] = e;
+  if (!(e = malloc(sizeof *e))) {
+    jcpu_free(jk);
+    snprintf(reason, rlen, "out of memory");
+    goto out;
   }
+  ktab_trim_locked();
+  memcpy(e->key, key, sizeof e->key);
+  e->jk = jk;
+  e->refs = 2;   /* the table's and the caller's */
+  e->in_table = true;
+  e->last_use = ++ktab_clock;
+  e->next = ktab[b];
+  ktab[b] = e;
+  ktab_count++;
 out:
   pthread_mutex_unlock(&ktab_lock);
   free(ir);
-  return jk;
+  return e;
 }
 
 /* The kernel table is not freed at exit: another thread may still be
@@ -361,7 +419,8 @@ out:
 /* -- Compiling a region ----------------------------------------------------- */
 
 typedef struct {
-  fuse_plan *plan;   /* owned; its kernels belong to the kernel table */
+  fuse_plan *plan;   /* owned; each kernel step holds a reference to its
+                        kernel table entry */
 } trace_plan;
 
 static void plan_free(void *p)
@@ -391,6 +450,7 @@ static char *guards_text(const trace_region *r, bool dynamic)
 static int plan_compile(fuse_plan *fp, const char *guards, uint64_t region,
                         char *reason, size_t rlen)
 {
+  fp->compiled_free = kernel_put;   /* each step holds its kernel */
   for (int s = 0; s < fp->nsteps; s++) {
     fuse_step *st = &fp->steps[s];
     if (st->kind == FSTEP_KERNEL &&
@@ -711,7 +771,8 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
   for (int s = 0; s < p->nsteps && rc == 0; s++) {
     const fuse_step *st = &p->steps[s];
     if (st->kind == FSTEP_KERNEL) {
-      rc = run_kernel(r, p, &rs, st, code->steps[s].compiled);
+      rc = run_kernel(r, p, &rs, st,
+                      ((const kentry *)code->steps[s].compiled)->jk);
     } else if (st->kind == FSTEP_EXTERN) {
       rc = run_extern(r, p, &rs, st);
     } else {

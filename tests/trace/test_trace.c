@@ -310,6 +310,10 @@ static void test_trace_region_table_bounded(void **state)
   (void)state;
   cache_configure(&(cache_config){ .hot = 2, .recompile_limit = 8,
                                    .max_entries = 4 });
+  /* The kernel table too: plans still running a kernel the table let go
+  ** keep it loaded. */
+  setenv("TC_KERNELS_MAX", "3", 1);
+  tensor_config_reload();
   tc_tensor *x = tc_rand(TC_F32, TC_SHAPE(16, 9), 11);
   double want[13];
   tc_compile_set(false);
@@ -318,6 +322,7 @@ static void test_trace_region_table_bounded(void **state)
   tc_compile_set(true);
   uint64_t ev0 = cache_evictions();
   log_begin();
+  tensor_log_to(logf_, TC_LOG_REGIONS | TC_LOG_CACHE);
   for (int round = 0; round < 2; round++)
     for (int k = 1; k <= 12; k++) {
       assert_true(chain_body(x, k) == want[k]);
@@ -329,6 +334,7 @@ static void test_trace_region_table_bounded(void **state)
   char *log = log_end();
   assert_true(cache_evictions() - ev0 >= 20);   /* 24 structures, 4 kept */
   assert_true(count(log, "evicted") >= 20);
+  assert_true(count(log, "leaves the table") >= 20);
   tc_stats s;
   tc_stats_get(&s);
   assert_int_equal(s.regions_compiled, 24);     /* each hot once a round */
@@ -336,6 +342,8 @@ static void test_trace_region_table_bounded(void **state)
   free(log);
   tc_release(x);
   cache_configure(&(cache_config){ .hot = 2, .recompile_limit = 8 });
+  unsetenv("TC_KERNELS_MAX");
+  tensor_config_reload();
 }
 
 static int compiles;
