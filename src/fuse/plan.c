@@ -21,6 +21,32 @@
 
 typedef enum { NK_PW, NK_ROWS, NK_EXTERN } node_kind;
 
+/* A value's coordinates as kernel dims: map[j] is the kernel dim that value
+** dim j follows, or -1 where the value is broadcast (coordinate 0). */
+typedef struct {
+  int ndim;
+  int map[TC_MAX_DIMS];
+} vmap;
+
+/* The space a reduction walks: its operand's shape (a 0-d operand is one
+** row of one) and the reduced dim, the row axis. */
+typedef struct {
+  int r, d;
+  int64_t shape[TC_MAX_DIMS];
+} rowspace;
+
+/* How a value's shape relates to a row space: the full shape (one value
+** per row position), per row with the reduced dim kept as 1, per row with
+** it dropped, or none of these. */
+typedef enum { RC_NONE, RC_FULL, RC_ROWK, RC_ROWR } row_class;
+
+typedef struct {
+  int first_member;     /* its first stored node, or -1 */
+  bool general;         /* a ROWS step of reductions over one row space and
+                           the pointwise values around them */
+  rowspace rs;          /* general: the row space */
+} step_info;
+
 typedef struct {
   const fuse_graph *g;
   fuse_plan *p;
@@ -29,7 +55,7 @@ typedef struct {
   bool *store;          /* value must be stored */
   int *step;            /* step that computes the node, or -1 (inlined) */
   int *eval_step;       /* step whose kernel evaluates the node */
-  int *first_member;    /* per step: its first stored node, or -1 */
+  step_info *si;        /* per step: what the grouping knows of it */
   int *last_user;       /* per node: its last consumer node, or -1 */
   fuse_ref *where;      /* where a stored value lives */
   int cap_steps;
@@ -39,7 +65,10 @@ typedef struct {
   kir_kernel *k;
   fuse_step *st;
   int cur;              /* its step index */
-  int *cache;           /* node -> instruction (identity map), per kernel */
+  int *cache;           /* node -> instruction, per kernel ... */
+  vmap *cache_vm;       /* ... for these coordinates */
+  int *rowval;          /* node -> instruction holding a reduction's value
+                           for the current row (its own ROWS kernel) */
   /* SUM_ALL walks its operand's shape as one flat row */
   bool flat;
   int flat_ndim;
@@ -77,17 +106,18 @@ static int step_new(fb *b, fuse_step_kind kind)
     fuse_step *s = realloc(p->steps, sizeof *s * (size_t)cap);
     if (s)
       p->steps = s;
-    int *fm = s ? realloc(b->first_member, sizeof *fm * (size_t)cap) : NULL;
-    if (!fm)
+    step_info *si = s ? realloc(b->si, sizeof *si * (size_t)cap) : NULL;
+    if (!si)
       return fail(b, "out of memory");
-    b->first_member = fm;
+    b->si = si;
     b->cap_steps = cap;
   }
   fuse_step *s = &p->steps[p->nsteps];
   memset(s, 0, sizeof *s);
   s->kind = (uint8_t)kind;
   s->node = -1;
-  b->first_member[p->nsteps] = -1;
+  memset(&b->si[p->nsteps], 0, sizeof b->si[p->nsteps]);
+  b->si[p->nsteps].first_member = -1;
   if (kind == FSTEP_KERNEL) {
     s->k = calloc(1, sizeof *s->k);
     if (!s->k)
@@ -123,6 +153,99 @@ static const int64_t *edge_shape(const fuse_graph *g, const fuse_edge *e,
   }
   *ndim = g->nodes[e->src].ndim;
   return g->nodes[e->src].shape;
+}
+
+/* -- Row spaces ------------------------------------------------------------ */
+
+/* Reductions that join a general ROWS step (SUM_ALL walks a flat row of its
+** own; the composites keep their own kernels). */
+static bool row_reduction(const fuse_node *n)
+{
+  return n->op == TC_OP_SUM || n->op == TC_OP_MAX || n->op == TC_OP_MIN ||
+         n->op == TC_OP_MEAN;
+}
+
+static void rowspace_of(const fuse_graph *g, int n, rowspace *rs)
+{
+  const fuse_node *nd = &g->nodes[n];
+  const int64_t *shape = edge_shape(g, &nd->in[0], &rs->r);
+  if (rs->r == 0) {   /* a 0-d operand: one row of one */
+    rs->r = 1;
+    rs->shape[0] = 1;
+    rs->d = 0;
+    return;
+  }
+  memcpy(rs->shape, shape, sizeof(int64_t) * (size_t)rs->r);
+  rs->d = nd->dim;
+}
+
+static bool rowspace_eq(const rowspace *a, const rowspace *b)
+{
+  return a->r == b->r && a->d == b->d &&
+         memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->r) == 0;
+}
+
+static row_class row_class_of(const rowspace *rs, int ndim,
+                              const int64_t *shape)
+{
+  if (ndim == rs->r) {
+    bool full = true, rowk = true;
+    for (int j = 0; j < ndim; j++) {
+      full &= shape[j] == rs->shape[j];
+      rowk &= j == rs->d ? shape[j] == 1 : shape[j] == rs->shape[j];
+    }
+    return full ? RC_FULL : rowk ? RC_ROWK : RC_NONE;
+  }
+  if (ndim == rs->r - 1) {
+    for (int j = 0; j < ndim; j++)
+      if (shape[j] != rs->shape[j < rs->d ? j : j + 1])
+        return RC_NONE;
+    return RC_ROWR;
+  }
+  return RC_NONE;
+}
+
+/* Can a value of class `reader` read one of class `src` computed in the
+** same ROWS kernel over rs? Only at its own position (full from full) or
+** its own row (from a per-row value of the same alignment): broadcasting in
+** any other way would read another row's or position's value. A per-row
+** value with the reduced dim dropped aligns (right-aligned, NumPy's rule)
+** with the full and kept shapes only when that dim is the first. */
+static bool row_read_ok(const rowspace *rs, row_class reader, row_class src)
+{
+  if (src == RC_ROWR)
+    return reader == RC_ROWR || rs->d == 0;
+  return (reader == RC_FULL && (src == RC_FULL || src == RC_ROWK)) ||
+         (reader == RC_ROWK && src == RC_ROWK);
+}
+
+static bool in_step(const fb *b, int n, int s);
+
+/* Can node n be evaluated in general ROWS step s at coordinates of class
+** c? Values of other steps and graph inputs are loaded (any broadcast);
+** values made in step s (its members, and producers inlined into it) are
+** read only where row_read_ok allows, never through a view. */
+static bool row_compatible(const fb *b, int n, int s, row_class c)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  const rowspace *rs = &b->si[s].rs;
+  bool reduction = kind_of(nd) != NK_PW;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src < 0 || !in_step(b, src, s))
+      continue;
+    if (nd->in[e].viewed)
+      return false;
+    const fuse_node *sn = &g->nodes[src];
+    row_class sc = row_class_of(rs, sn->ndim, sn->shape);
+    /* A reduction reads its operand at every position of the row. */
+    if (!row_read_ok(rs, reduction ? RC_FULL : c, sc))
+      return false;
+    if (!b->store[src] && !row_compatible(b, src, s, sc))
+      return false;
+  }
+  return true;
 }
 
 /* -- Analysis --------------------------------------------------------------- */
@@ -182,6 +305,51 @@ static bool deps_ready(fb *b, int n, int before)
   return true;
 }
 
+static bool in_step(const fb *b, int n, int s)
+{
+  return b->store[n] ? b->step[n] == s : true;   /* inlined: evaluated by
+                                                    its user */
+}
+
+/* Does node n (with its inlined producers) read a value stored by step s? */
+static bool reads_step(const fb *b, int n, int s)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src < 0)
+      continue;
+    if (b->store[src] ? b->step[src] == s : reads_step(b, src, s))
+      return true;
+  }
+  return false;
+}
+
+/* The general ROWS step node n joins, or -1: the latest whose row space
+** fits (a reduction over the same space; a pointwise value of its full or
+** per-row shape that reads one of its values), whose values n needs are
+** ready, and whose own values n reads only at their row or position. */
+static int rows_step_for(fb *b, int n)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  bool red = kind_of(nd) != NK_PW;
+  rowspace rs;
+  if (red)
+    rowspace_of(b->g, n, &rs);
+  for (int s = b->p->nsteps - 1; s >= 0; s--) {
+    if (!b->si[s].general)
+      continue;
+    row_class c = RC_FULL;
+    if (red ? !rowspace_eq(&rs, &b->si[s].rs)
+            : (c = row_class_of(&b->si[s].rs, nd->ndim, nd->shape)) ==
+                RC_NONE || !reads_step(b, n, s))
+      continue;
+    if (deps_ready(b, n, s) && row_compatible(b, n, s, c))
+      return s;
+  }
+  return -1;
+}
+
 static int assign_steps(fb *b)
 {
   const fuse_graph *g = b->g;
@@ -197,6 +365,18 @@ static int assign_steps(fb *b)
       if (s < 0)
         return -1;
       b->p->steps[s].node = i;
+      b->step[i] = s;
+      continue;
+    }
+    if (k == NK_ROWS && row_reduction(n)) {
+      int s = rows_step_for(b, i);
+      if (s < 0) {
+        if ((s = step_new(b, FSTEP_KERNEL)) < 0)
+          return -1;
+        b->p->steps[s].node = i;
+        b->si[s].general = true;
+        rowspace_of(g, i, &b->si[s].rs);
+      }
       b->step[i] = s;
       continue;
     }
@@ -223,11 +403,16 @@ static int assign_steps(fb *b)
       b->step[i] = s;
       continue;
     }
-    /* A stored pointwise value: join the latest MAP group of its shape. */
-    int join = -1;
+    /* A stored pointwise value: join the ROWS kernel whose row values it
+    ** reads, else the latest MAP group of its shape. */
+    int join = rows_step_for(b, i);
+    if (join >= 0) {
+      b->step[i] = join;
+      continue;
+    }
     for (int s = b->p->nsteps - 1; s >= 0; s--) {
       fuse_step *st = &b->p->steps[s];
-      int member = b->first_member[s];
+      int member = b->si[s].first_member;
       if (st->kind != FSTEP_KERNEL || st->node >= 0 || member < 0)
         continue;
       if (same_shape(&g->nodes[member], n)) {
@@ -239,8 +424,8 @@ static int assign_steps(fb *b)
     if (join < 0 && (join = step_new(b, FSTEP_KERNEL)) < 0)
       return -1;
     b->step[i] = join;
-    if (b->first_member[join] < 0)
-      b->first_member[join] = i;
+    if (b->si[join].first_member < 0)
+      b->si[join].first_member = i;
   }
   /* Which step evaluates each node: an inlined one goes with its last
   ** user, whose step is known first when walking backwards. */
@@ -315,8 +500,11 @@ static int place_values(fb *b)
   for (int i = 0; i < g->nnodes; i++) {
     if (!b->store[i] || b->where[i].kind != FREF_NONE)
       continue;
-    /* A value used only inside its own MAP group needs no store. */
-    bool outside = kind_of(&g->nodes[i]) != NK_PW;
+    /* A value used only inside its own MAP group, or a reduction used only
+    ** inside its own general ROWS kernel, needs no store. */
+    bool outside = kind_of(&g->nodes[i]) == NK_EXTERN ||
+                   (kind_of(&g->nodes[i]) == NK_ROWS &&
+                    !b->si[b->step[i]].general);
     for (int c = i + 1; c < g->nnodes && !outside; c++)
       for (int e = 0; e < g->nodes[c].nin; e++)
         if (g->nodes[c].in[e].src == i &&
@@ -346,23 +534,6 @@ static int place_values(fb *b)
 }
 
 /* -- Lowering to the kernel IR ----------------------------------------------- */
-
-/* A value's coordinates as kernel dims: map[j] is the kernel dim that value
-** dim j follows, or -1 where the value is broadcast (coordinate 0). */
-typedef struct {
-  int ndim;
-  int map[TC_MAX_DIMS];
-} vmap;
-
-static bool vmap_identity(const vmap *m, int kdims)
-{
-  if (m->ndim != kdims)
-    return false;
-  for (int j = 0; j < m->ndim; j++)
-    if (m->map[j] != j)
-      return false;
-  return true;
-}
 
 /* The map of an operand of shape (ndim, shape) read by a user whose own
 ** coordinates are `um` over shape ushape: NumPy broadcasting, right
@@ -593,8 +764,8 @@ static int eval_edge(fb *b, const fuse_edge *e, int ndim_u,
 static int eval(fb *b, int n, const vmap *m)
 {
   const fuse_node *nd = &b->g->nodes[n];
-  bool ident = vmap_identity(m, b->k->ndim) && b->k->kind == KIR_MAP;
-  if (ident && b->cache[n] >= 0)
+  /* One instruction per (node, coordinates) in a kernel. */
+  if (b->cache[n] >= 0 && memcmp(&b->cache_vm[n], m, sizeof *m) == 0)
     return b->cache[n];
   int v;
   if (b->store[n] && b->step[n] != b->cur) {
@@ -605,7 +776,11 @@ static int eval(fb *b, int n, const vmap *m)
     ref_layout(b, b->where[n], n, vst, &dt);
     v = load(b, b->where[n], 0, dt, vst, m);
   } else if (kind_of(nd) != NK_PW) {
-    return fail(b, "a reduction result is used inside its own kernel");
+    /* A reduction of this kernel: its value for the row (grouping made
+    ** sure it is read only at its own row). */
+    if (b->rowval[n] < 0)
+      return fail(b, "a reduction result is used before its pass");
+    v = b->rowval[n];
   } else {
     int in[3] = { -1, -1, -1 };
     for (int e = 0; e < nd->nin; e++) {
@@ -627,8 +802,8 @@ static int eval(fb *b, int n, const vmap *m)
   }
   if (v < 0)
     return v == -1 && !b->reason[0] ? fail(b, "kernel too large") : -1;
-  if (ident)
-    b->cache[n] = v;
+  b->cache[n] = v;
+  b->cache_vm[n] = *m;
   return v;
 }
 
@@ -660,7 +835,7 @@ static void kernel_begin(fb *b, int s)
   b->k = b->st->k;
   b->k->dynamic = b->dynamic;
   for (int i = 0; i < b->g->nnodes; i++)
-    b->cache[i] = -1;
+    b->cache[i] = b->rowval[i] = -1;
 }
 
 /* A MAP kernel: every stored pointwise value of the group, one pass. */
@@ -723,7 +898,67 @@ static int row_len_value(fb *b, int n, tc_dtype dt)
   return scalar_slot(b, n, FUSE_SCALAR_ROW_LEN, dt);
 }
 
-/* A ROWS kernel for reduction or composite n: the reduced dim is the row
+/* A general ROWS kernel: a REDUCE pass per reduction, in order (each
+** folds its operand, which may use the earlier ones' row values), then a
+** STORE pass for each value to store of the full row shape, then a
+** STORE_ROW pass for each per-row one. */
+static int build_rows_general(fb *b, int s)
+{
+  const fuse_graph *g = b->g;
+  const rowspace *rs = &b->si[s].rs;
+  kernel_begin(b, s);
+  kir_kernel *k = b->k;
+  k->kind = KIR_ROWS;
+  k->ndim = rs->r - 1;
+  k->row_len = rs->shape[rs->d];
+  /* Coordinates of the three classes of values over the row space. */
+  vmap full = { .ndim = rs->r }, rowk = { .ndim = rs->r },
+       rowr = { .ndim = rs->r - 1 };
+  for (int j = 0, o = 0; j < rs->r; j++) {
+    full.map[j] = j == rs->d ? k->ndim : o;
+    rowk.map[j] = j == rs->d ? -1 : o;
+    if (j != rs->d) {
+      rowr.map[o] = o;
+      k->size[o++] = rs->shape[j];
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const fuse_node *nd = &g->nodes[i];
+    if (b->step[i] != s || kind_of(nd) == NK_PW)
+      continue;
+    tc_dtype dt = (tc_dtype)nd->dtype;
+    int x = kir_cast(k, dt, eval_edge(b, &nd->in[0], rs->r, rs->shape,
+                                      &full));
+    kir_red red = nd->op == TC_OP_MAX ? KIR_RED_MAX
+                  : nd->op == TC_OP_MIN ? KIR_RED_MIN : KIR_RED_SUM;
+    int rv = x < 0 ? -1 : reduce_pass(b, red, x);
+    if (rv >= 0 && nd->op == TC_OP_MEAN)
+      rv = kir_emit(k, KOP_DIV, dt, rv, row_len_value(b, i, dt), -1);
+    if (rv < 0)
+      return b->reason[0] ? -1 : fail(b, "kernel too large");
+    b->rowval[i] = rv;
+  }
+  for (int pass = 0; pass < 2; pass++)   /* full-row stores, then per-row */
+    for (int i = 0; i < g->nnodes; i++) {
+      const fuse_node *nd = &g->nodes[i];
+      if (b->step[i] != s || b->where[i].kind == FREF_NONE)
+        continue;
+      row_class c = row_class_of(rs, nd->ndim, nd->shape);
+      if ((c == RC_FULL) != (pass == 0))
+        continue;
+      const vmap *m = c == RC_FULL ? &full : c == RC_ROWK ? &rowk : &rowr;
+      int v = eval(b, i, m);
+      if (v < 0)
+        return -1;
+      if (store(b, i, m, c == RC_FULL ? KIR_PASS_STORE
+                         : KIR_PASS_STORE_ROW, v) < 0)
+        return -1;
+    }
+  kir_collapse(k, !b->dynamic);
+  return 0;
+}
+
+/* A ROWS kernel for a composite or sum_all n: the reduced dim is the row
 ** axis; the passes are the op's decomposition (composite.c's comment). */
 static int build_rows(fb *b, int s, int n)
 {
@@ -812,23 +1047,6 @@ static int build_rows(fb *b, int s, int n)
   kir_kernel *K_ = k;
 #define K(v) kir_const(K_, T_, (double)(v))
   switch (nd->op) {
-  case TC_OP_SUM:
-  case TC_OP_MAX:
-  case TC_OP_MIN: {
-    kir_red red = nd->op == TC_OP_SUM ? KIR_RED_SUM
-                  : nd->op == TC_OP_MAX ? KIR_RED_MAX : KIR_RED_MIN;
-    int rv = reduce_pass(b, red, x);
-    if (rv < 0 || store(b, n, &om, KIR_PASS_STORE_ROW, rv) < 0)
-      return fail(b, "kernel too large");
-    break;
-  }
-  case TC_OP_MEAN: {
-    int rv = reduce_pass(b, KIR_RED_SUM, x);
-    if (rv < 0 || store(b, n, &om, KIR_PASS_STORE_ROW,
-                        DIV(rv, row_len_value(b, n, dt))) < 0)
-      return fail(b, "kernel too large");
-    break;
-  }
   case TC_OP_SOFTMAX: {
     /* As the eager kernel: the exps are stored while summed, then scaled
     ** in place by 1 / sum (a multiply per element, not a division, as
@@ -926,9 +1144,11 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   b.last_user = calloc(nn, sizeof *b.last_user);
   b.where = calloc(nn, sizeof *b.where);
   b.cache = calloc(nn, sizeof *b.cache);
+  b.cache_vm = calloc(nn, sizeof *b.cache_vm);
+  b.rowval = calloc(nn, sizeof *b.rowval);
   int rc = -1;
   if (!p || !b.consumers || !b.store || !b.step || !b.eval_step ||
-      !b.last_user || !b.where || !b.cache) {
+      !b.last_user || !b.where || !b.cache || !b.cache_vm || !b.rowval) {
     fail(&b, "out of memory");
     goto done;
   }
@@ -957,7 +1177,8 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
     } else if (st->kind == FSTEP_EXTERN)
       rc = build_extern(&b, s, st->node);
     else if (st->kind == FSTEP_KERNEL)
-      rc = st->node >= 0 ? build_rows(&b, s, st->node) : build_map(&b, s);
+      rc = b.si[s].general ? build_rows_general(&b, s)
+           : st->node >= 0 ? build_rows(&b, s, st->node) : build_map(&b, s);
   }
 done:
   free(b.consumers);
@@ -965,7 +1186,9 @@ done:
   free(b.step);
   free(b.eval_step);
   free(b.last_user);
-  free(b.first_member);
+  free(b.si);
+  free(b.cache_vm);
+  free(b.rowval);
   free(b.where);
   free(b.cache);
   *retry = b.retry;

@@ -5,7 +5,7 @@
 ** code). The rules are expr.h's: operands of arithmetic have the
 ** instruction's dtype, comparisons take two operands of one dtype,
 ** transcendentals/DIV/SQRT are float only, a ROWVAR is read only by later
-** passes, a STORE_ROW value loads nothing.
+** passes, a STORE_ROW value loads nothing along the row.
 */
 #include <stdio.h>
 
@@ -132,8 +132,11 @@ int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
         continue;
       if (k->ins[i].op == KOP_ROWVAR && k->ins[i].ref >= p)
         return BAD("pass%d uses the result of pass%d", p, k->ins[i].ref);
-      if (k->ins[i].op == KOP_LOAD && ps->kind == KIR_PASS_STORE_ROW)
-        return BAD("pass%d: store_row value loads", p);
+      /* A STORE_ROW value may load per-row values: they are read at the
+      ** row's first position (the fuser loads them with row stride 0). */
+      if (k->ins[i].op == KOP_LOAD && ps->kind == KIR_PASS_STORE_ROW &&
+          !k->dynamic && k->buf[k->ins[i].ref].stride[k->ndim] != 0)
+        return BAD("pass%d: store_row value loads along the row", p);
     }
   }
   return 0;
