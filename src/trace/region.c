@@ -189,20 +189,34 @@ static int close_writes(reqs *r)
   return 0;
 }
 
+static int64_t node_numel(const trace_node *n)
+{
+  int64_t k = 1;
+  for (int d = 0; d < n->ndim; d++)
+    k *= n->shape[d];
+  return k;
+}
+
 /* Pending values the program still holds that already lived through an
 ** earlier realization (parameters made lazily, say) are stored this time
-** rather than recomputed by every region that reads them. Values made
-** since the last realization (this iteration's temporaries) stay lazy. */
-static int add_survivors(reqs *q, trace_node *n, uint64_t epoch)
+** rather than recomputed by every region that reads them. Of the values
+** made since the last realization (this iteration's temporaries) only
+** small ones (at most `small` elements: per-row statistics a backward pass
+** saves, say) are stored, since storing them costs little beside what the
+** region computes and a later read would run them again; the rest stay
+** lazy. */
+static int add_survivors(reqs *q, trace_node *n, int64_t small,
+                         uint64_t epoch)
 {
   if (n->mark == epoch || n->value)
     return 0;
   n->mark = epoch;
-  if (n->handles && n->born < trace_g.realizations &&
+  if (n->handles &&
+      (n->born < trace_g.realizations || node_numel(n) <= small) &&
       req_add(q, n, NULL) < 0)
     return -1;
   for (int i = 0; i < n->nin; i++)
-    if (n->in[i].node && add_survivors(q, n->in[i].node, epoch) < 0)
+    if (n->in[i].node && add_survivors(q, n->in[i].node, small, epoch) < 0)
       return -1;
   return 0;
 }
@@ -499,9 +513,14 @@ static int realize(reqs *q)
     return 0;
   if (close_writes(q) < 0)
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+  /* "Small": a sixteenth of the largest value asked for. */
+  int64_t small = 0;
+  for (int i = 0; i < q->n; i++)
+    if (node_numel(q->at[i].node) / 16 > small)
+      small = node_numel(q->at[i].node) / 16;
   uint64_t epoch = ++trace_g.epoch;
   for (int i = 0, n = q->n; i < n; i++)
-    if (add_survivors(q, q->at[i].node, epoch) < 0)
+    if (add_survivors(q, q->at[i].node, small, epoch) < 0)
       return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   trace_g.realizations++;
   builder b;

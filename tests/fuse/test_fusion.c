@@ -219,6 +219,148 @@ static void test_fusion_kernel_counts(void **state)
   tc_scope_end(mark);
 }
 
+/* -- Row fusion of programs written from primitives ---------------------------- */
+
+/* Kernels launched by one more (compiled, hot) run of prog. */
+static uint64_t launches(prog_fn prog, tc_tensor *const *in)
+{
+  tc_compile_set(true);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  tc_tensor *y = prog(in);
+  assert_int_equal(tc_realize(y), 0);
+  tc_stats_get(&s1);
+  tc_release(y);
+  assert_int_equal(s1.regions_compiled - s0.regions_compiled, 1);
+  return s1.kernels_launched - s0.kernels_launched;
+}
+
+static tc_tensor *softmax_by_hand(tc_tensor *const *in)
+{
+  tc_tensor *m = tc_max(in[0], -1, true);
+  tc_tensor *e = tc_exp(tc_sub(in[0], m));
+  return tc_div(e, tc_sum(e, -1, true));
+}
+
+static tc_tensor *log_softmax_by_hand(tc_tensor *const *in)
+{
+  tc_tensor *s = tc_sub(in[0], tc_max(in[0], 1, true));
+  return tc_sub(s, tc_log(tc_sum(tc_exp(s), 1, true)));
+}
+
+static tc_tensor *logsumexp(tc_tensor *const *in)
+{
+  tc_tensor *m = tc_max(in[0], -1, true);
+  return tc_add(tc_log(tc_sum(tc_exp(tc_sub(in[0], m)), -1, true)), m);
+}
+
+static tc_tensor *layer_norm_by_hand(tc_tensor *const *in)
+{
+  tc_tensor *xc = tc_sub(in[0], tc_mean(in[0], -1, true));
+  tc_tensor *var = tc_mean(tc_mul(xc, xc), -1, true);
+  tc_tensor *y = tc_mul(xc, tc_rsqrt(tc_add_scalar(var, 1e-5)));
+  return tc_add(tc_mul(y, in[1]), in[2]);
+}
+
+static tc_tensor *rms_norm(tc_tensor *const *in)
+{
+  tc_tensor *ms = tc_mean(tc_mul(in[0], in[0]), -1, true);
+  return tc_mul(tc_mul(in[0], tc_rsqrt(tc_add_scalar(ms, 1e-6))), in[1]);
+}
+
+/* Standard deviation over dim 0, keepdim false (the reduced dim leads). */
+static tc_tensor *std_dim0(tc_tensor *const *in)
+{
+  tc_tensor *xc = tc_sub(in[0], tc_mean(in[0], 0, false));
+  return tc_sqrt(tc_div_scalar(tc_sum(tc_mul(xc, xc), 0, false), 63.0));
+}
+
+/* Cross-entropy's per-row terms from log_softmax and a one-hot target. */
+static tc_tensor *nll_rows(tc_tensor *const *in)
+{
+  return tc_neg(tc_sum(tc_mul(in[3], log_softmax_by_hand(in)), 1, false));
+}
+
+/* ... and the loss: their mean over the batch (a second row space). */
+static tc_tensor *cross_entropy(tc_tensor *const *in)
+{
+  return tc_mean(nll_rows(in), 0, false);
+}
+
+static void test_fusion_row_patterns(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  for (int dt = 0; dt < 2; dt++) {
+    tc_dtype t = dt ? TC_F64 : TC_F32;
+    tc_tensor *x = tc_cast(tc_randn(TC_F64, TC_SHAPE(64, 1000), 3), t);
+    tc_tensor *w = tc_cast(tc_randn(TC_F64, TC_SHAPE(1000), 4), t);
+    tc_tensor *b = tc_cast(tc_randn(TC_F64, TC_SHAPE(1000), 5), t);
+    tc_tensor *oh = tc_cast(tc_gt(tc_rand(TC_F64, TC_SHAPE(64, 1000), 6),
+                                  tc_full(TC_F64, TC_SHAPE(1), 0.999)), t);
+    tc_tensor *in[4] = { x, w, b, oh };
+    static const struct {
+      const char *name;
+      prog_fn prog;
+      uint64_t kernels;
+    } pats[] = {
+      { "softmax by hand", softmax_by_hand, 1 },
+      { "log_softmax by hand", log_softmax_by_hand, 1 },
+      { "logsumexp", logsumexp, 1 },
+      { "layer norm by hand", layer_norm_by_hand, 1 },
+      { "rms norm", rms_norm, 1 },
+      { "std over dim 0", std_dim0, 1 },
+      { "nll per row", nll_rows, 1 },
+      { "cross-entropy", cross_entropy, 2 },
+    };
+    for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++) {
+      check_prog(pats[i].name, pats[i].prog, 4, in);
+      uint64_t n = launches(pats[i].prog, in);
+      if (n != pats[i].kernels)
+        fail_msg("%s (%s): %llu kernels, expected %llu", pats[i].name,
+                 tc_dtype_name(t), (unsigned long long)n,
+                 (unsigned long long)pats[i].kernels);
+      tc_compile_set(false);
+    }
+  }
+  tc_scope_end(mark);
+}
+
+/* Statistics saved for a backward pass: mean and rstd are extra outputs of
+** the layer norm's one kernel. */
+static void test_fusion_row_stats_outputs(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(32, 300), 9);
+  float want[3][32 * 300], got[3][32 * 300];
+  for (int mode = 0; mode < 3; mode++) {
+    tc_compile_set(mode > 0);
+    tc_stats s0, s1;
+    tc_stats_get(&s0);
+    size_t inner = tc_scope_begin();
+    tc_tensor *mean = tc_mean(x, 1, true);
+    tc_tensor *xc = tc_sub(x, mean);
+    tc_tensor *rstd = tc_rsqrt(tc_add_scalar(tc_mean(tc_mul(xc, xc), 1, true),
+                                             1e-5));
+    tc_tensor *y = tc_mul(xc, rstd);
+    float (*dst)[32 * 300] = mode ? got : want;
+    assert_int_equal(tc_copy_to(y, dst[0], sizeof dst[0]), 0);
+    assert_int_equal(tc_copy_to(mean, dst[1], 32 * 4), 0);
+    assert_int_equal(tc_copy_to(rstd, dst[2], 32 * 4), 0);
+    tc_scope_end(inner);
+    tc_stats_get(&s1);
+    if (mode == 2)   /* y, mean and rstd: one region, one kernel */
+      assert_int_equal(s1.kernels_launched - s0.kernels_launched, 1);
+    if (mode)
+      for (int o = 0; o < 3; o++)
+        assert_memory_equal(want[o], got[o], o ? 32 * 4 : sizeof want[0]);
+  }
+  tc_scope_end(mark);
+}
+
 /* An Adam step over p, m, v, in place: one kernel writing three tensors. */
 static void adam_step(tc_tensor *p, tc_tensor *g, tc_tensor *m, tc_tensor *v,
                       int t)
@@ -375,6 +517,10 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_fusion_kernel_counts, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_row_patterns, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_row_stats_outputs, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_adam_one_kernel, setup,
                                     teardown),
