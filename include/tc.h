@@ -204,6 +204,9 @@ TC_API tc_tensor *tc_sub_scalar(tc_tensor *a, double s);
 TC_API tc_tensor *tc_mul_scalar(tc_tensor *a, double s);
 TC_API tc_tensor *tc_div_scalar(tc_tensor *a, double s);
 TC_API tc_tensor *tc_pow_scalar(tc_tensor *a, double s);
+/* Reversed operands: s - a and s / a. */
+TC_API tc_tensor *tc_rsub_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_rdiv_scalar(tc_tensor *a, double s);
 
 /* -- Reductions ------------------------------------------------------------ */
 

@@ -104,6 +104,8 @@ SCALAR(tc_sub_scalar, SUBS)
 SCALAR(tc_mul_scalar, MULS)
 SCALAR(tc_div_scalar, DIVS)
 SCALAR(tc_pow_scalar, POWS)
+SCALAR(tc_rsub_scalar, RSUBS)
+SCALAR(tc_rdiv_scalar, RDIVS)
 
 tc_tensor *tc_where(tc_tensor *cond, tc_tensor *a, tc_tensor *b)
 {

@@ -1,15 +1,14 @@
 /*
-** composite.c -- fast eager kernels for the composite ops (mean, softmax,
-** log_softmax, layer_norm). Each computes exactly its decomposition into
-** primitives (the one the fuser sees), operation for operation, with the
-** canonical reduction order, so eager and compiled results agree bitwise:
+** composite.c -- fast eager kernels for the composite ops (softmax,
+** log_softmax, layer_norm) and mean. The composites are expanded from
+** their row programs in tensor/composites.def, the same text the fuser
+** expands into primitive nodes, with each pointwise op computed by its
+** ops.def expression and each reduction in the canonical order, so eager
+** and compiled results agree bitwise by construction.
 **
-**   mean(x)        = sum(x) / n
-**   softmax(x)     = e * (1 / sum(e)),      e = exp(x - max(x))
-**   log_softmax(x) = (x - m) - log(sum(exp(x - m))),  m = max(x)
-**   layer_norm(x)  = ((xc * (1 / sqrt(var + eps))) * gamma) + beta,
-**                    xc = x - sum(x) / n,  var = sum(xc * xc) / n
+**   mean(x) = sum(x) / n
 */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,11 +36,43 @@ static void rows_store(tc_tensor *out, tc_tensor *rows, int dim)
   tensor_unref(v);
 }
 
-/* -- Row kernels, per float type ------------------------------------------- */
+/* -- Pointwise ops, one function per op and float type -------------------- */
 
-/* A row kernel's first pass streams the row in from memory; the next one
+/* opf_<op>_<t>(a, b, c, s): ops.def's expression for the op. */
+#define OPFN(n, CT, tn, ex)                                                  \
+  static inline CT opf_##n##_##tn(CT a, CT b, CT c, const double *s)         \
+  {                                                                          \
+    typedef CT T;                                                            \
+    (void)a; (void)b; (void)c; (void)s;                                      \
+    return (T)(ex);                                                          \
+  }
+#define OPFN_PW(n, ex) OPFN(n, float, f32, ex) OPFN(n, double, f64, ex)
+#define OPFN_RD(n, ex)
+#define OPFN_VW(n, ex)
+#define OPFN_EX(n, ex)
+#define OPFN_CP(n, ex)
+#define OPFN_CR(n, ex)
+#define TC_OP(n, k, ni, ns, fl, ty, tw, ex) OPFN_##k(n, ex)
+#include "../tensor/ops.def"
+
+#define OPF(name, a, b, s) \
+  _Generic((a), float: opf_##name##_f32, double: opf_##name##_f64)(a, b, 0, s)
+
+/* The ops composites.def uses. */
+#define SUB_(a, b)     OPF(SUB, a, b, NULL)
+#define MUL_(a, b)     OPF(MUL, a, b, NULL)
+#define ADD_(a, b)     OPF(ADD, a, b, NULL)
+#define EXP_(a)        OPF(EXP, a, 0, NULL)
+#define LOG_(a)        OPF(LOG, a, 0, NULL)
+#define RSQRT_(a)      OPF(RSQRT, a, 0, NULL)
+#define ADDS_(a, sc)   OPF(ADDS, a, 0, ((const double[]){ sc }))
+#define RDIVS_(a, sc)  OPF(RDIVS, a, 0, ((const double[]){ sc }))
+
+/* -- Row programs ------------------------------------------------------------ */
+
+/* A row program's first loop streams the row in from memory; the next one
 ** (the exps, the squares) is compute-bound and reads the row from cache.
-** That pass prefetches the next row (`next`, NULL for the last row), one
+** That loop prefetches the next row (`next`, NULL for the last row), one
 ** block at a time, so memory keeps streaming while it computes: 15% off a
 ** 4096x4096 softmax (the JIT's ROWS kernels do the same). */
 #define PF_BLOCK 256   /* elements per block */
@@ -57,131 +88,126 @@ static void prefetch_block(const void *next, int64_t i, int64_t n,
     __builtin_prefetch(p + b);
 }
 
-#define PF_END(i0, n) ((i0) + PF_BLOCK < (n) ? (i0) + PF_BLOCK : (n))
-
 typedef struct {
-  tc_op op;
-  const char *x;
+  const char *x;              /* rows, the reduced dim innermost */
   char *y;
-  int64_t n;
-  const char *gamma, *beta;   /* layer_norm; NULL when absent */
-  double eps;
+  int64_t n;                  /* row length */
+  const char *gamma, *beta;   /* layer_norm's rows; NULL when absent */
+  const double *s;            /* the op's scalar arguments */
+  atomic_bool nomem;          /* a range could not get its scratch rows */
 } row_job;
 
-#define ROW_KERNELS(T, tn)                                                   \
-  static void softmax_rows_##tn(void *ctx, int64_t lo, int64_t hi)           \
-  {                                                                          \
-    const row_job *j = ctx;                                                  \
-    int64_t n = j->n;                                                        \
-    for (int64_t r = lo; r < hi; r++) {                                      \
-      const T *x = (const T *)j->x + r * n;                                  \
-      const T *next = r + 1 < hi ? x + n : NULL;                             \
-      T *y = (T *)j->y + r * n;                                              \
-      T m = eager_max_##tn(x, n);                                            \
-      for (int64_t i0 = 0; i0 < n; i0 += PF_BLOCK) {                         \
-        prefetch_block(next, i0, n, sizeof(T));                              \
-        for (int64_t i = i0; i < PF_END(i0, n); i++)                         \
-          y[i] = EXP(SUB(x[i], m));                                          \
-      }                                                                      \
-      if (j->op == TC_OP_SOFTMAX) {                                          \
-        T rs = DIV(K(1), eager_sum_##tn(y, n));                              \
-        for (int64_t i = 0; i < n; i++)                                      \
-          y[i] = MUL(y[i], rs);                                              \
-      } else {                                                               \
-        T ls = LOG(eager_sum_##tn(y, n));                                    \
-        for (int64_t i = 0; i < n; i++)                                      \
-          y[i] = SUB(SUB(x[i], m), ls);                                      \
-      }                                                                      \
-    }                                                                        \
-  }                                                                          \
-  static void layer_norm_rows_##tn(void *ctx, int64_t lo, int64_t hi)        \
-  {                                                                          \
-    const row_job *j = ctx;                                                  \
-    int64_t n = j->n;                                                        \
-    const T *g = (const T *)j->gamma, *b = (const T *)j->beta;               \
-    for (int64_t r = lo; r < hi; r++) {                                      \
-      const T *x = (const T *)j->x + r * n;                                  \
-      const T *next = r + 1 < hi ? x + n : NULL;                             \
-      T *y = (T *)j->y + r * n;                                              \
-      T mean = DIV(eager_sum_##tn(x, n), K(n));                              \
-      for (int64_t i0 = 0; i0 < n; i0 += PF_BLOCK) {                         \
-        prefetch_block(next, i0, n, sizeof(T));                              \
-        for (int64_t i = i0; i < PF_END(i0, n); i++) {                       \
-          T xc = SUB(x[i], mean);                                            \
-          y[i] = MUL(xc, xc);                                                \
-        }                                                                    \
-      }                                                                      \
-      T var = DIV(eager_sum_##tn(y, n), K(n));                               \
-      T rs = DIV(K(1), SQRT(ADD(var, (T)j->eps)));                           \
-      for (int64_t i = 0; i < n; i++) {                                      \
-        T v = MUL(SUB(x[i], mean), rs);                                      \
-        if (g)                                                               \
-          v = MUL(v, g[i]);                                                  \
-        if (b)                                                               \
-          v = ADD(v, b[i]);                                                  \
-        y[i] = v;                                                            \
-      }                                                                      \
-    }                                                                        \
-  }
+/* Row values: the canonical reductions of eager/reduce.c. */
+#define RED_MAX(p, n)  _Generic(*(p), float: eager_max_f32, \
+                                double: eager_max_f64)(p, n)
+#define RED_SUM(p, n)  _Generic(*(p), float: eager_sum_f32, \
+                                double: eager_sum_f64)(p, n)
+#define RED_MEAN(p, n) DIV(RED_SUM(p, n), K(n))
 
-#define T float
-ROW_KERNELS(float, f32)
-#undef T
-#define T double
-ROW_KERNELS(double, f64)
-#undef T
+/* One pass over the row, position by position. */
+#define ROW_LOOP(stmt)                                                       \
+  for (int64_t i0 = 0; i0 < n; i0 += PF_BLOCK) {                             \
+    if (pf)                                                                  \
+      prefetch_block(next, i0, n, sizeof(T));                                \
+    int64_t i1 = i0 + PF_BLOCK < n ? i0 + PF_BLOCK : n;                      \
+    for (int64_t i = i0; i < i1; i++)                                        \
+      stmt;                                                                  \
+  }                                                                          \
+  pf = false;
+
+/* composites.def's steps as C. */
+#define X              (x[i])
+#define R(k)           r##k
+#define V(k)           (v##k[i])
+#define SC(k)          (job->s[k])
+#define LIT(v)         ((double)(v))
+#define GAMMA(e)       (g ? MUL_(e, g[i]) : (e))
+#define BETA(e)        (bb ? ADD_(e, bb[i]) : (e))
+#define REDX(k, red)   T r##k = RED_##red(x, n);
+#define REDV(k, red, j) T r##k = RED_##red(v##j, n);
+#define RED(k, red, e) ROW_LOOP(tmp[i] = (e)) T r##k = RED_##red(tmp, n);
+#define KEEP(k, e)     T *v##k = keep + (k) * n; ROW_LOOP(v##k[i] = (e))
+#define OUT(e)         ROW_LOOP(y[i] = (e))
+
+#define KEEP_MAX 2   /* kept rows a program may use */
+
+#define ROW_FN(OP, body, CT, tn)                                             \
+  static void rows_##OP##_##tn(void *ctx, int64_t lo, int64_t hi)            \
+  {                                                                          \
+    typedef CT T;                                                            \
+    row_job *job = ctx;                                                      \
+    int64_t n = job->n;                                                      \
+    T *tmp = malloc(sizeof(T) * (size_t)n * (1 + KEEP_MAX));                 \
+    if (!tmp) {                                                              \
+      atomic_store(&job->nomem, true);                                       \
+      return;                                                                \
+    }                                                                        \
+    T *keep = tmp + n;                                                       \
+    const T *g = (const T *)job->gamma, *bb = (const T *)job->beta;          \
+    (void)keep; (void)g; (void)bb;                                           \
+    for (int64_t r = lo; r < hi; r++) {                                      \
+      const T *x = (const T *)job->x + r * n;                                \
+      const T *next = r + 1 < hi ? x + n : NULL;                             \
+      T *y = (T *)job->y + r * n;                                            \
+      bool pf = false;   /* the first loop streams the row in */             \
+      body                                                                   \
+      (void)pf;                                                              \
+    }                                                                        \
+    free(tmp);                                                               \
+  }
+#define COMPOSITE(OP, body) \
+  ROW_FN(OP, body, float, f32) ROW_FN(OP, body, double, f64)
+/* After the first reduction over X, later loops prefetch the next row. */
+#undef REDX
+#define REDX(k, red)   T r##k = RED_##red(x, n); pf = true;
+#include "../tensor/composites.def"
+
+static eager_range_fn row_fn(tc_op op, tc_dtype dt)
+{
+  bool f = dt == TC_F32;
+  switch (op) {
+  case TC_OP_SOFTMAX: return f ? rows_SOFTMAX_f32 : rows_SOFTMAX_f64;
+  case TC_OP_LOG_SOFTMAX: return f ? rows_LOG_SOFTMAX_f32
+                                   : rows_LOG_SOFTMAX_f64;
+  default: return f ? rows_LAYER_NORM_f32 : rows_LAYER_NORM_f64;
+  }
+}
 
 /* -- Handlers --------------------------------------------------------------- */
 
-static tc_tensor *cpu_softmax(const eager_call *c)
-{
-  const tc_tensor *t = c->in[0];
-  int dim = c->dim;
-  tc_tensor *out = tensor_new(c->dtype, c->ndim, c->shape);
-  tc_tensor *x = out ? eager_rows_of(t, dim, c->dtype) : NULL;
-  bool in_place = dim == t->ndim - 1 || t->ndim <= 1;
-  tc_tensor *rows = !x ? NULL : in_place ? tensor_ref(out)
-                    : tensor_new(c->dtype, x->ndim, x->shape);
-  if (!rows) {
-    tensor_unref(x);
-    tensor_unref(out);
-    return NULL;
-  }
-  int64_t n = t->ndim ? t->shape[dim] : 1;
-  row_job j = { c->op, tensor_ptr(x), tensor_ptr(rows), n, NULL, NULL, 0 };
-  if (out->numel > 0)
-    eager_parallel(out->numel / n, ROW_GRAIN,
-                   c->dtype == TC_F32 ? softmax_rows_f32 : softmax_rows_f64,
-                   &j);
-  rows_store(out, rows, dim);
-  eager_count(ST_KERNELS_LAUNCHED);
-  tensor_unref(rows);
-  tensor_unref(x);
-  return out;
-}
-
-static tc_tensor *cpu_layer_norm(const eager_call *c)
+/* A composite: its input's rows (dim innermost, in the result dtype), the
+** row program over them in parallel, the rows back into the result. */
+static tc_tensor *cpu_composite(const eager_call *c)
 {
   tc_dtype dt = c->dtype;
   const tc_tensor *t = c->in[0];
+  int dim = c->op == TC_OP_LAYER_NORM ? t->ndim - 1 : c->dim;
   tc_tensor *out = tensor_new(dt, c->ndim, c->shape);
-  tc_tensor *x = out ? eager_rows_of(t, t->ndim - 1, dt) : NULL;
+  tc_tensor *x = out ? eager_rows_of(t, dim, dt) : NULL;
+  bool in_place = dim == t->ndim - 1 || t->ndim <= 1;
+  tc_tensor *rows = !x ? NULL : in_place ? tensor_ref(out)
+                    : tensor_new(dt, x->ndim, x->shape);
   tc_tensor *g = NULL, *b = NULL;
-  bool ok = x != NULL;
+  bool ok = rows != NULL;
   if (ok && c->in[1])
     ok = (g = eager_rows_of(c->in[1], c->in[1]->ndim - 1, dt)) != NULL;
   if (ok && c->in[2])
     ok = (b = eager_rows_of(c->in[2], c->in[2]->ndim - 1, dt)) != NULL;
   if (ok && out->numel > 0) {
-    int64_t n = t->shape[t->ndim - 1];
-    row_job j = { c->op, tensor_ptr(x), tensor_ptr(out), n,
-                  g ? tensor_ptr(g) : NULL, b ? tensor_ptr(b) : NULL,
-                  c->s[0] };
-    eager_parallel(out->numel / n, ROW_GRAIN,
-                   dt == TC_F32 ? layer_norm_rows_f32 : layer_norm_rows_f64,
-                   &j);
+    int64_t n = t->ndim ? t->shape[dim] : 1;
+    row_job j = { tensor_ptr(x), tensor_ptr(rows), n,
+                  g ? tensor_ptr(g) : NULL, b ? tensor_ptr(b) : NULL, c->s,
+                  false };
+    eager_parallel(out->numel / n, ROW_GRAIN, row_fn(c->op, dt), &j);
     eager_count(ST_KERNELS_LAUNCHED);
+    if (atomic_load(&j.nomem)) {
+      tc_seterr(TC_E_NOMEM, "%s: out of memory", c->fn);
+      ok = false;
+    } else {
+      rows_store(out, rows, dim);
+    }
   }
+  tensor_unref(rows);
   tensor_unref(x);
   tensor_unref(g);
   tensor_unref(b);
@@ -221,7 +247,7 @@ static tc_tensor *cpu_mean(const eager_call *c)
 void eager_register_cpu_composite(void)
 {
   eager_register(TC_KEY_CPU, TC_OP_MEAN, cpu_mean);
-  eager_register(TC_KEY_CPU, TC_OP_SOFTMAX, cpu_softmax);
-  eager_register(TC_KEY_CPU, TC_OP_LOG_SOFTMAX, cpu_softmax);
-  eager_register(TC_KEY_CPU, TC_OP_LAYER_NORM, cpu_layer_norm);
+  eager_register(TC_KEY_CPU, TC_OP_SOFTMAX, cpu_composite);
+  eager_register(TC_KEY_CPU, TC_OP_LOG_SOFTMAX, cpu_composite);
+  eager_register(TC_KEY_CPU, TC_OP_LAYER_NORM, cpu_composite);
 }

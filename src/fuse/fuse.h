@@ -37,6 +37,13 @@ typedef struct {
   tensor_geom geom;
 } fuse_edge;
 
+/* Where a node's scalar argument comes from at run time. */
+typedef struct {
+  int8_t which;         /* that scalar argument of region node `orig`, or
+                           -1: the constant lit */
+  double lit;
+} fuse_scalar;
+
 typedef struct {
   uint16_t op;          /* tc_op */
   uint8_t dtype, cdtype;
@@ -46,6 +53,9 @@ typedef struct {
   fuse_edge in[3];      /* src == INT32_MIN: absent optional input */
   int dim;
   bool keepdim;
+  int orig;             /* the region's node it stands for (the composite,
+                           for the nodes of a composite's decomposition) */
+  fuse_scalar sc[2];    /* its scalar arguments */
 } fuse_node;
 
 #define FUSE_ABSENT INT32_MIN
@@ -75,10 +85,10 @@ typedef struct {
   int64_t buf_off[KIR_MAX_BUFS];   /* ... and at which element (views) */
   int nscal;
   struct { int node, which; } scal[KIR_MAX_SCALARS];  /* scalar slot ->
-                                      that node's scalar argument `which`,
-                                      or (FUSE_SCALAR_ROW_LEN) the
+                                      that region node's scalar argument
+                                      `which`, or (FUSE_SCALAR_ROW_LEN) the
                                       kernel's row length */
-  int node;                        /* EXTERN: the node it runs */
+  int node;                        /* EXTERN: the region node it runs */
   fuse_ref in[3];                  /* EXTERN: its operands (NONE: absent) */
   bool in_viewed[3];               /* EXTERN: operand read through a view */
   tensor_geom in_geom[3];
@@ -105,7 +115,9 @@ typedef struct fuse_plan {
   void (*compiled_free)(void *);   /* frees steps[i].compiled */
 } fuse_plan;
 
-/* Build the plan for g. Returns NULL with a one-line reason when some part
+/* Build the plan for g (its composites decomposed into primitive nodes by
+** tensor/composites.def first). Plan steps and scalar slots name region
+** nodes by fuse_node.orig. Returns NULL with a one-line reason when some part
 ** cannot be fused (the caller runs the region eagerly). Static plans bake
 ** sizes and strides into the kernels; dynamic ones read them at run time
 ** (build the plan again for each run to get the layouts; the structure,

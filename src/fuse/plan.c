@@ -664,10 +664,19 @@ static int scalar_slot(fb *b, int node, int which, tc_dtype dt)
   return kir_scalar(b->k, dt, st->nscal++);
 }
 
+/* Scalar argument i of node n: a slot bound to its region node's argument,
+** or the constant of a composite's decomposition. */
+static int scalar_of(fb *b, int n, int i, tc_dtype dt)
+{
+  const fuse_scalar *sc = &b->g->nodes[n].sc[i];
+  return sc->which < 0 ? kir_const(b->k, dt, sc->lit)
+                       : scalar_slot(b, b->g->nodes[n].orig, sc->which, dt);
+}
+
 /* -- ops.def's `ex`, expanded into IR ---------------------------------------- */
 
 #define K(v)          kir_const(K_, T_, (double)(v))
-#define S(i)          scalar_slot(fz, node, i, T_)
+#define S(i)          scalar_of(fz, node, i, T_)
 #define B2(op, x, y)  kir_emit(K_, KOP_##op, T_, x, y, -1)
 #define B1(op, x)     kir_emit(K_, KOP_##op, T_, x, -1, -1)
 #define ADD(x, y)     B2(ADD, x, y)
@@ -792,7 +801,7 @@ static int eval(fb *b, int n, const vmap *m)
     if (nd->op == TC_OP_CAST || nd->op == TC_OP_CONTIGUOUS) {
       v = kir_cast(b->k, dt, in[0]);
     } else if (nd->op == TC_OP_FILL) {
-      v = kir_cast(b->k, dt, scalar_slot(b, n, 0, TC_F64));
+      v = kir_cast(b->k, dt, scalar_of(b, n, 0, TC_F64));
     } else {
       for (int e = 0; e < nd->nin; e++)
         in[e] = kir_cast(b->k, cd, in[e]);
@@ -895,7 +904,7 @@ static int reduce_pass(fb *b, kir_red red, int value)
 ** into a NaN of another sign than the one the eager kernel computes. */
 static int row_len_value(fb *b, int n, tc_dtype dt)
 {
-  return scalar_slot(b, n, FUSE_SCALAR_ROW_LEN, dt);
+  return scalar_slot(b, b->g->nodes[n].orig, FUSE_SCALAR_ROW_LEN, dt);
 }
 
 /* A general ROWS kernel: a REDUCE pass per reduction, in order (each
@@ -922,6 +931,18 @@ static int build_rows_general(fb *b, int s)
       k->size[o++] = rs->shape[j];
     }
   }
+  /* A value that a REDUCE pass folds and later passes read again (softmax's
+  ** exps) is kept rather than computed twice: stored by that pass into the
+  ** buffer of the kernel's one full-row value that goes to memory, which
+  ** its own store overwrites at the end, position by position. */
+  int only = -1, nfull = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (b->step[i] == s && b->where[i].kind != FREF_NONE &&
+        row_class_of(rs, g->nodes[i].ndim, g->nodes[i].shape) == RC_FULL) {
+      only = i;
+      nfull++;
+    }
+  bool kept = false;
   for (int i = 0; i < g->nnodes; i++) {
     const fuse_node *nd = &g->nodes[i];
     if (b->step[i] != s || kind_of(nd) == NK_PW)
@@ -931,7 +952,18 @@ static int build_rows_general(fb *b, int s)
                                       &full));
     kir_red red = nd->op == TC_OP_MAX ? KIR_RED_MAX
                   : nd->op == TC_OP_MIN ? KIR_RED_MIN : KIR_RED_SUM;
-    int rv = x < 0 ? -1 : reduce_pass(b, red, x);
+    int v = nd->in[0].src, out = -1;
+    if (!kept && nfull == 1 && v >= 0 && v != only && !nd->in[0].viewed &&
+        b->store[v] && b->step[v] == s && b->where[v].kind == FREF_NONE &&
+        g->nodes[v].dtype == dt && g->nodes[only].dtype == dt &&
+        row_class_of(rs, g->nodes[v].ndim, g->nodes[v].shape) == RC_FULL &&
+        (out = out_buffer(b, only, &full)) >= 0)
+      kept = true;
+    int rv = x < 0 ? -1 : reduce_pass_to(b, red, x, out);
+    if (rv >= 0 && out >= 0) {   /* later reads of v load it back */
+      b->cache[v] = kir_load(k, out);
+      b->cache_vm[v] = full;
+    }
     if (rv >= 0 && nd->op == TC_OP_MEAN)
       rv = kir_emit(k, KOP_DIV, dt, rv, row_len_value(b, i, dt), -1);
     if (rv < 0)
@@ -958,9 +990,9 @@ static int build_rows_general(fb *b, int s)
   return 0;
 }
 
-/* A ROWS kernel for a composite or sum_all n: the reduced dim is the row
-** axis; the passes are the op's decomposition (composite.c's comment). */
-static int build_rows(fb *b, int s, int n)
+/* A ROWS kernel for sum_all n: one flat row over its operand's shape,
+** split across the threads (kir_split), producers inlined. */
+static int build_sum_all(fb *b, int s, int n)
 {
   const fuse_graph *g = b->g;
   const fuse_node *nd = &g->nodes[n];
@@ -973,126 +1005,40 @@ static int build_rows(fb *b, int s, int n)
   tc_dtype dt = (tc_dtype)nd->dtype;
   int x;
   vmap um = { .ndim = r };
-  if (nd->op == TC_OP_SUM_ALL) {
-    /* One flat row over the operand's shape, producers inlined. */
-    k->ndim = 0;
-    int64_t numel = 1;
-    for (int j = 0; j < r; j++)
-      numel *= ishape[j];
-    k->row_len = numel;
-    b->flat = true;
-    b->flat_ndim = r;
-    b->flat_shape = ishape;
-    for (int j = 0; j < r; j++)
-      um.map[j] = 0;
-    if (b->copy[n]) {
-      int64_t cst[TC_MAX_DIMS];
-      tensor_contiguous_strides(r, ishape, cst);
-      fuse_ref t = { FREF_TEMP, b->copy_temp[n] };
-      x = load(b, t, 0, (tc_dtype)b->p->temps[t.index].dtype, cst, &um);
-    } else {
-      x = eval_edge(b, e0, r, ishape, &um);
-    }
-    b->flat = false;
-    if (x < 0) {
-      /* Not one dense row: store the producer, or copy a strided input,
-      ** and try again. */
-      if (e0->src >= 0 && !b->store[e0->src] && !e0->viewed)
-        b->force[e0->src] = true;
-      else
-        b->copy[n] = true;
-      b->retry = 1;
-      return -1;
-    }
-    int rv = reduce_pass(b, KIR_RED_SUM, kir_cast(k, dt, x));
-    vmap none = { .ndim = 0 };
-    if (rv < 0 || store(b, n, &none, KIR_PASS_STORE_ROW, rv) < 0)
-      return fail(b, "kernel too large");
-    return 0;
-  }
-  /* A 0-d operand reduces as a row of one (as the eager kernels do). */
-  static const int64_t one[1] = { 1 };
-  if (r == 0) {
-    r = 1;
-    ishape = one;
-    um.ndim = 1;
-  }
-  int d = nd->op == TC_OP_LAYER_NORM ? r - 1 : nd->dim;
-  k->ndim = r - 1;
-  k->row_len = ishape[d];
-  for (int j = 0, o = 0; j < r; j++) {
-    if (j == d)
-      continue;
-    k->size[o++] = ishape[j];
-  }
+  /* One flat row over the operand's shape, producers inlined. */
+  k->ndim = 0;
+  int64_t numel = 1;
   for (int j = 0; j < r; j++)
-    um.map[j] = j < d ? j : j == d ? r - 1 : j - 1;
-  x = eval_edge(b, e0, r, ishape, &um);
-  if (x < 0)
-    return -1;
-  x = kir_cast(k, dt, x);
-  /* The output's coordinates: rows kept, dropped, or as the input. */
-  vmap om = { .ndim = nd->ndim };
-  if (op_table[nd->op].kind == OPK_RD || nd->op == TC_OP_MEAN) {
-    for (int j = 0, o = 0; j < nd->ndim; j++) {
-      if (nd->keepdim && j == d)
-        om.map[j] = -1;
-      else
-        om.map[j] = o++;
-    }
+    numel *= ishape[j];
+  k->row_len = numel;
+  b->flat = true;
+  b->flat_ndim = r;
+  b->flat_shape = ishape;
+  for (int j = 0; j < r; j++)
+    um.map[j] = 0;
+  if (b->copy[n]) {
+    int64_t cst[TC_MAX_DIMS];
+    tensor_contiguous_strides(r, ishape, cst);
+    fuse_ref t = { FREF_TEMP, b->copy_temp[n] };
+    x = load(b, t, 0, (tc_dtype)b->p->temps[t.index].dtype, cst, &um);
   } else {
-    om = um;
+    x = eval_edge(b, e0, r, ishape, &um);
   }
-  tc_dtype T_ = dt;
-  kir_kernel *K_ = k;
-#define K(v) kir_const(K_, T_, (double)(v))
-  switch (nd->op) {
-  case TC_OP_SOFTMAX: {
-    /* As the eager kernel: the exps are stored while summed, then scaled
-    ** in place by 1 / sum (a multiply per element, not a division, as
-    ** PyTorch's CPU kernel), so exp runs once per element. */
-    int m = reduce_pass(b, KIR_RED_MAX, x);
-    int ob = out_buffer(b, n, &om);
-    int sum = ob < 0 ? -1 : reduce_pass_to(b, KIR_RED_SUM, EXP(SUB(x, m)),
-                                           ob);
-    int e = sum < 0 ? -1 : kir_load(k, ob);
-    if (m < 0 || sum < 0 || e < 0 ||
-        store(b, n, &om, KIR_PASS_STORE, MUL(e, DIV(K(1), sum))) < 0)
-      return fail(b, "kernel too large");
-    break;
+  b->flat = false;
+  if (x < 0) {
+    /* Not one dense row: store the producer, or copy a strided input,
+    ** and try again. */
+    if (e0->src >= 0 && !b->store[e0->src] && !e0->viewed)
+      b->force[e0->src] = true;
+    else
+      b->copy[n] = true;
+    b->retry = 1;
+    return -1;
   }
-  case TC_OP_LOG_SOFTMAX: {
-    int m = reduce_pass(b, KIR_RED_MAX, x);
-    int sum = reduce_pass(b, KIR_RED_SUM, EXP(SUB(x, m)));
-    int v = SUB(SUB(x, m), LOG(sum));
-    if (m < 0 || sum < 0 || store(b, n, &om, KIR_PASS_STORE, v) < 0)
-      return fail(b, "kernel too large");
-    break;
-  }
-  case TC_OP_LAYER_NORM: {
-    int s0 = reduce_pass(b, KIR_RED_SUM, x);
-    int nrow = row_len_value(b, n, dt);
-    int mean = DIV(s0, nrow);
-    int xc = SUB(x, mean);
-    int s1 = reduce_pass(b, KIR_RED_SUM, MUL(xc, xc));
-    int var = DIV(s1, nrow);
-    int rs = DIV(K(1), SQRT(ADD(var, scalar_slot(b, n, 0, dt))));
-    int v = MUL(SUB(x, mean), rs);
-    for (int e = 1; e < 3; e++) {
-      if (nd->in[e].src == FUSE_ABSENT)
-        continue;
-      int gb = kir_cast(k, dt, eval_edge(b, &nd->in[e], r, ishape, &um));
-      v = e == 1 ? MUL(v, gb) : ADD(v, gb);
-    }
-    if (s0 < 0 || s1 < 0 || store(b, n, &om, KIR_PASS_STORE, v) < 0)
-      return fail(b, "kernel too large");
-    break;
-  }
-  default:
-    return fail(b, "reduction kind not fused");
-  }
-#undef K
-  kir_collapse(k, !b->dynamic);
+  int rv = reduce_pass(b, KIR_RED_SUM, kir_cast(k, dt, x));
+  vmap none = { .ndim = 0 };
+  if (rv < 0 || store(b, n, &none, KIR_PASS_STORE_ROW, rv) < 0)
+    return fail(b, "kernel too large");
   return 0;
 }
 
@@ -1174,11 +1120,13 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
       st->in_geom[0] = e0->geom;
       if (st->from.kind == FREF_NONE)
         rc = fail(&b, "a copied operand is not stored");
-    } else if (st->kind == FSTEP_EXTERN)
+    } else if (st->kind == FSTEP_EXTERN) {
       rc = build_extern(&b, s, st->node);
-    else if (st->kind == FSTEP_KERNEL)
+      st->node = g->nodes[st->node].orig;   /* the runner's name for it */
+    } else if (st->kind == FSTEP_KERNEL)
       rc = b.si[s].general ? build_rows_general(&b, s)
-           : st->node >= 0 ? build_rows(&b, s, st->node) : build_map(&b, s);
+           : st->node >= 0 ? build_sum_all(&b, s, st->node)
+                           : build_map(&b, s);
   }
 done:
   free(b.consumers);
@@ -1201,9 +1149,196 @@ done:
   return p;
 }
 
-fuse_plan *fuse_build(const fuse_graph *g, bool dynamic, char *reason,
+/* -- Composites as primitive nodes (tensor/composites.def) ------------------
+** Before grouping, each composite node becomes the primitive nodes of its
+** row program, so the row fusion above schedules it like a program written
+** from primitives (and fuses it with what is around it), computing what
+** the eager kernel, expanded from the same text, computes. */
+
+typedef struct {
+  const fuse_graph *g;     /* the region's graph */
+  fuse_node *nodes;        /* the expanded graph's nodes (owned) */
+  int n, cap;
+  bool nomem;
+} xgraph;
+
+static const int64_t *xshape(const xgraph *x, const fuse_edge *e, int *ndim)
+{
+  if (e->viewed) {
+    *ndim = e->geom.ndim;
+    return e->geom.shape;
+  }
+  if (e->src < 0) {
+    *ndim = x->g->inputs[-e->src - 1]->ndim;
+    return x->g->inputs[-e->src - 1]->shape;
+  }
+  *ndim = x->nodes[e->src].ndim;
+  return x->nodes[e->src].shape;
+}
+
+static int xappend(xgraph *x, const fuse_node *nd)
+{
+  if (x->n == x->cap) {
+    int cap = x->cap ? 2 * x->cap : 64;
+    fuse_node *p = realloc(x->nodes, sizeof *p * (size_t)cap);
+    if (!p) {
+      x->nomem = true;
+      return -1;
+    }
+    x->nodes = p;
+    x->cap = cap;
+  }
+  x->nodes[x->n] = *nd;
+  return x->n++;
+}
+
+/* A node of composite c's decomposition: op over a (and b), in c's dtype;
+** a reduction over c's row dim keeps it (as 1), a pointwise op broadcasts
+** its operands. */
+static fuse_edge xop(xgraph *x, const fuse_node *c, tc_op op, int nin,
+                     fuse_edge a, fuse_edge b, fuse_scalar sc)
+{
+  fuse_node nd = *c;
+  nd.op = op;
+  nd.nin = nin;
+  nd.in[0] = a;
+  nd.in[1] = b;
+  nd.in[2] = (fuse_edge){ .src = FUSE_ABSENT };
+  nd.sc[0] = sc;
+  nd.sc[1] = (fuse_scalar){ -1, 0 };
+  fuse_edge out = { .src = FUSE_ABSENT };
+  if (x->nomem)
+    return out;
+  int an, bn = 0;
+  const int64_t *as = xshape(x, &a, &an), *bs = nin > 1 ? xshape(x, &b, &bn)
+                                                        : NULL;
+  if (op_table[op].kind != OPK_PW) {   /* over the row dim, kept */
+    nd.dim = c->op == TC_OP_LAYER_NORM ? an - 1 : c->dim;
+    nd.keepdim = true;
+    nd.ndim = an;
+    memcpy(nd.shape, as, sizeof(int64_t) * (size_t)an);
+    if (an > 0)
+      nd.shape[nd.dim] = 1;
+  } else {                               /* NumPy broadcasting */
+    nd.ndim = an > bn ? an : bn;
+    for (int j = 0; j < nd.ndim; j++) {
+      int ja = j - (nd.ndim - an), jb = j - (nd.ndim - bn);
+      int64_t sa = ja >= 0 ? as[ja] : 1, sb = jb >= 0 ? bs[jb] : 1;
+      nd.shape[j] = sa == 1 ? sb : sa;
+    }
+  }
+  out.src = xappend(x, &nd);
+  return out;
+}
+
+#define NOSC           ((fuse_scalar){ -1, 0 })
+#define X              (c->in[0])
+#define R(k)           r_##k
+#define V(k)           v_##k
+#define SC(k)          ((fuse_scalar){ (int8_t)(k), 0 })
+#define LIT(v)         ((fuse_scalar){ -1, (double)(v) })
+#define GAMMA(e)       (c->in[1].src != FUSE_ABSENT ? MUL_(e, c->in[1]) : (e))
+#define BETA(e)        (c->in[2].src != FUSE_ABSENT ? ADD_(e, c->in[2]) : (e))
+#define REDX(k, red)   fuse_edge r_##k = xop(x, c, TC_OP_##red, 1, X, X, NOSC);
+#define REDV(k, red, j) \
+  fuse_edge r_##k = xop(x, c, TC_OP_##red, 1, v_##j, v_##j, NOSC);
+#define RED(k, red, e) fuse_edge r_##k = xop(x, c, TC_OP_##red, 1, e, e, NOSC);
+#define KEEP(k, e)     fuse_edge v_##k = (e);
+#define OUT(e)         out = (e);
+#define SUB_(a, b)     xop(x, c, TC_OP_SUB, 2, a, b, NOSC)
+#define MUL_(a, b)     xop(x, c, TC_OP_MUL, 2, a, b, NOSC)
+#define ADD_(a, b)     xop(x, c, TC_OP_ADD, 2, a, b, NOSC)
+#define EXP_(a)        xop(x, c, TC_OP_EXP, 1, a, a, NOSC)
+#define LOG_(a)        xop(x, c, TC_OP_LOG, 1, a, a, NOSC)
+#define RSQRT_(a)      xop(x, c, TC_OP_RSQRT, 1, a, a, NOSC)
+#define ADDS_(a, sc)   xop(x, c, TC_OP_ADDS, 1, a, a, sc)
+#define RDIVS_(a, sc)  xop(x, c, TC_OP_RDIVS, 1, a, a, sc)
+
+/* Append composite c's decomposition; returns the node of its result. */
+static int decompose(xgraph *x, const fuse_node *c)
+{
+  fuse_edge out = { .src = FUSE_ABSENT };
+  switch (c->op) {
+#define COMPOSITE(OP, body) \
+  case TC_OP_##OP: {        \
+    body                    \
+    break;                  \
+  }
+#include "../tensor/composites.def"
+  default:
+    break;
+  }
+  return x->nomem ? -1 : out.src;
+}
+
+#undef NOSC
+#undef X
+#undef R
+#undef V
+#undef SC
+#undef LIT
+#undef GAMMA
+#undef BETA
+#undef REDX
+#undef REDV
+#undef RED
+#undef KEEP
+#undef OUT
+#undef SUB_
+#undef MUL_
+#undef ADD_
+#undef EXP_
+#undef LOG_
+#undef RSQRT_
+#undef ADDS_
+#undef RDIVS_
+
+static bool is_composite(const fuse_node *n)
+{
+  return n->op == TC_OP_SOFTMAX || n->op == TC_OP_LOG_SOFTMAX ||
+         n->op == TC_OP_LAYER_NORM;
+}
+
+/* g with its composites decomposed, into *out (nodes and out_node owned by
+** the caller); 0, or -1 when out of memory. */
+static int expand(const fuse_graph *g, fuse_graph *out)
+{
+  xgraph x = { .g = g };
+  int *map = malloc(sizeof *map * ((size_t)g->nnodes + 1));
+  int *out_node = malloc(sizeof *out_node * ((size_t)g->noutputs + 1));
+  if (!map || !out_node)
+    x.nomem = true;
+  for (int i = 0; i < g->nnodes && !x.nomem; i++) {
+    fuse_node c = g->nodes[i];
+    for (int e = 0; e < c.nin; e++)
+      if (c.in[e].src >= 0)
+        c.in[e].src = map[c.in[e].src];
+    map[i] = is_composite(&c) ? decompose(&x, &c) : xappend(&x, &c);
+  }
+  for (int o = 0; o < g->noutputs && !x.nomem; o++)
+    out_node[o] = map[g->out_node[o]];
+  free(map);
+  if (x.nomem) {
+    free(x.nodes);
+    free(out_node);
+    return -1;
+  }
+  *out = *g;
+  out->nnodes = x.n;
+  out->nodes = x.nodes;
+  out->out_node = out_node;
+  return 0;
+}
+
+fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
                       size_t rlen)
 {
+  fuse_graph gx;
+  if (expand(g0, &gx) < 0) {
+    snprintf(reason, rlen, "out of memory");
+    return NULL;
+  }
+  const fuse_graph *g = &gx;
   size_t nn = (size_t)g->nnodes + 1;
   bool *force = calloc(nn, sizeof *force), *copy = calloc(nn, sizeof *copy);
   int *copy_temp = calloc(nn, sizeof *copy_temp);
@@ -1223,6 +1358,8 @@ fuse_plan *fuse_build(const fuse_graph *g, bool dynamic, char *reason,
   free(force);
   free(copy);
   free(copy_temp);
+  free((void *)gx.nodes);
+  free((void *)gx.out_node);
   return p;
 }
 

@@ -60,6 +60,9 @@ static int graph_of(const trace_region *r, graph_buf *gb)
     f->nin = n->nin;
     f->dim = n->dim;
     f->keepdim = n->keepdim;
+    f->orig = i;
+    f->sc[0] = (fuse_scalar){ 0, 0 };
+    f->sc[1] = (fuse_scalar){ 1, 0 };
     for (int e = 0; e < n->nin; e++) {
       const trace_edge *te = &n->in[e];
       fuse_edge *fe = &f->in[e];

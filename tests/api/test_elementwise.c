@@ -438,6 +438,54 @@ static void test_scalar_forms_layouts(void **state) {
   }
 }
 
+/* s - a and s / a: the scalar is the left operand. */
+static void test_reversed_scalar_forms(void **state) {
+  (void)state;
+  const int64_t shape[2] = {R, C};
+  struct { const char *name; tc_tensor *(*fn)(tc_tensor *, double); int kind;
+           double s; } ops[] = {
+      {"rsub_scalar", tc_rsub_scalar, B_SUB, 3.25},
+      {"rsub_scalar", tc_rsub_scalar, B_SUB, -0.1},
+      {"rdiv_scalar", tc_rdiv_scalar, B_DIV, 1.0},
+      {"rdiv_scalar", tc_rdiv_scalar, B_DIV, -7.5},
+  };
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    for (int d = 0; d < 2; d++)
+      for (int lay = 0; lay < TU_NLAYOUTS; lay++) {
+        tc_dtype dt = FDT[d];
+        tu_arr a = tu_make_unif(dt, lay, 2, shape, -10, 10, k * 5 + lay);
+        tc_tensor *r = TU_NN(ops[k].fn(a.t, ops[k].s));
+        assert_int_equal(tc_dtype_of(r), dt);
+        double *got = tu_read(r);
+        tu_cmp c;
+        tu_cmp_init(&c, "%s(%g) %s %s", ops[k].name, ops[k].s,
+                    tc_dtype_name(dt), tu_layout_name[lay]);
+        for (int64_t i = 0; i < a.n; i++) {
+          double want = bin_ref(ops[k].kind, ops[k].s, a.v[i], dt);
+          if (!tu_same(got[i], want)) tu_cmp_bad(&c, i, got[i], want, a.v[i]);
+        }
+        free(got);
+        tc_release(r);
+        tu_free(&a);
+        TU_CMP_DONE(c);
+      }
+  /* Integers: rsub keeps an i32 tensor's dtype; rdiv gives f32. */
+  tc_tensor *i = TU_NN(tc_arange(TC_I32, 1, 5, 1));
+  tc_tensor *rs = TU_NN(tc_rsub_scalar(i, 10)), *rd = TU_NN(tc_rdiv_scalar(i, 1));
+  assert_int_equal(tc_dtype_of(rs), TC_I32);
+  assert_int_equal(tc_dtype_of(rd), TC_F32);
+  double *gs = tu_read(rs), *gd = tu_read(rd);
+  for (int k = 0; k < 4; k++) {
+    assert_true(gs[k] == 9 - k);
+    assert_true(gd[k] == (double)(1.0f / (float)(k + 1)));
+  }
+  free(gs);
+  free(gd);
+  tc_release(i);
+  tc_release(rs);
+  tc_release(rd);
+}
+
 /* PyTorch converts the scalar to the tensor's dtype: an f32 tensor plus 0.1
 ** is computed as float + (float)0.1, an f64 one in double. */
 static void test_scalar_rounded_to_tensor_dtype(void **state) {
@@ -805,6 +853,7 @@ int main(void) {
       cmocka_unit_test(test_binary_layouts),
       cmocka_unit_test(test_binary_special_values),
       cmocka_unit_test(test_scalar_forms_layouts),
+      cmocka_unit_test(test_reversed_scalar_forms),
       cmocka_unit_test(test_scalar_rounded_to_tensor_dtype),
       cmocka_unit_test(test_promotion),
       cmocka_unit_test(test_int64_exact),

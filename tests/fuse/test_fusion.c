@@ -113,6 +113,8 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_MULS: return tc_mul_scalar(in[0], 3.25);
   case TC_OP_DIVS: return tc_div_scalar(in[0], 7.0);
   case TC_OP_POWS: return tc_pow_scalar(tc_abs(in[0]), 2.5);
+  case TC_OP_RSUBS: return tc_rsub_scalar(in[0], 1.25);
+  case TC_OP_RDIVS: return tc_rdiv_scalar(in[0], -3.0);
   case TC_OP_CLAMP: return tc_clamp(in[0], -0.5, 0.25);
   case TC_OP_SUM: return tc_sum(in[0], 0, false);
   case TC_OP_MAX: return tc_max(in[0], -1, true);
