@@ -135,14 +135,16 @@ static bool writes_storage(const reqs *r, const tensor_storage *s)
   return false;
 }
 
-/* Does n's pending subgraph read a leaf on a storage written by r? */
+/* Does n's pending subgraph read a storage written by r: a leaf's, or a
+** computed value's (a handle bound to a value may be written in place, and
+** the value is that handle's storage)? */
 static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
 {
   if (n->mark == epoch)
     return false;
   n->mark = epoch;
   if (n->value)
-    return false;
+    return writes_storage(r, n->value->storage);
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
     if (e->leaf ? writes_storage(r, e->leaf->storage)
@@ -620,13 +622,16 @@ int trace_sync(void)
   return rc;
 }
 
-/* Does n's pending subgraph read storage s (through a leaf edge)? */
+/* Does n's pending subgraph read storage s (a leaf's or a computed
+** value's)? */
 static bool reads_storage(trace_node *n, const tensor_storage *s,
                           uint64_t epoch)
 {
-  if (n->mark == epoch || n->value)
+  if (n->mark == epoch)
     return false;
   n->mark = epoch;
+  if (n->value)
+    return n->value->storage == s;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
     if (e->leaf ? e->leaf->storage == s

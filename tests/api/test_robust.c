@@ -53,6 +53,32 @@ static void test_view_read_between_inplace_writes(void **state) {
   }
 }
 
+/* z reads y's value lazily; y, realized alone, is then written in place:
+** z must still see the old y (traced, z's node read y's value, and the
+** write-back did not count that as reading the storage it wrote). */
+static void test_value_written_under_lazy_reader(void **state) {
+  (void)state;
+  const double d[3] = {0, 1, 2};
+  for (int rep = 0; rep < 3; rep++) {
+    tc_tensor *x = tu_from(TC_F32, 1, (int64_t[]){3}, d);
+    tc_tensor *y = TU_NN(tc_mul_scalar(x, 3.0));
+    tc_tensor *z = TU_NN(tc_mul_scalar(y, 2.0));
+    TU_OK(tc_realize(y));
+    TU_OK(tc_add_scalar_(y, 100.0));
+    TU_OK(tc_realize(y));
+    double *gy = tu_read(y), *gz = tu_read(z);
+    for (int i = 0; i < 3; i++) {
+      assert_true(gy[i] == 3 * d[i] + 100);
+      assert_true(gz[i] == 6 * d[i]);
+    }
+    free(gy);
+    free(gz);
+    tc_release(z);
+    tc_release(y);
+    tc_release(x);
+  }
+}
+
 /* Reductions over a 0-d value (a sum_all result) reduce a row of one. */
 static void test_zero_d_reductions(void **state) {
   (void)state;
@@ -252,6 +278,7 @@ int main(void) {
   traced = tc_compile_enabled();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_view_read_between_inplace_writes),
+      cmocka_unit_test(test_value_written_under_lazy_reader),
       cmocka_unit_test(test_zero_d_reductions),
       cmocka_unit_test(test_row_lengths),
       cmocka_unit_test(test_empty_mean_same_nan),
