@@ -370,6 +370,7 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   n->mark = 0;
   n->born = trace_g.realizations;
   n->slot = -1;
+  n->binds = false;
   trace_g.live_nodes++;
   for (int i = 0; i < n->nin; i++) {
     trace_edge *e = &n->in[i];

@@ -145,6 +145,8 @@ static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
   n->mark = epoch;
   if (n->value)
     return writes_storage(r, n->value->storage);
+  if (n->binds)   /* its value will be its target's new contents */
+    return false;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
     if (e->leaf ? writes_storage(r, e->leaf->storage)
@@ -154,6 +156,33 @@ static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
   return false;
 }
 
+/* Which write-backs will leave their value in their target: a contiguous
+** target of the value's dtype and shape, the only one written on its
+** storage. Such a value need not be computed for lazy readers before the
+** write (they read it from the target after), so an optimizer's scope
+** temporaries that read the state it updates stay lazy. Returns whether a
+** node lost the role (the closure must look again). */
+static bool update_binds(reqs *r)
+{
+  bool lost = false;
+  for (int i = 0; i < r->n; i++) {
+    trace_node *n = r->at[i].node;
+    const tc_tensor *d = r->at[i].dest;
+    if (!d)
+      continue;
+    bool ok = !n->value && d->dtype == n->dtype && d->ndim == n->ndim &&
+              tensor_is_contiguous(d);
+    for (int k = 0; ok && k < n->ndim; k++)
+      ok = d->shape[k] == n->shape[k];
+    for (int j = 0; ok && j < r->n; j++)
+      ok = j == i || !r->at[j].dest ||
+           (r->at[j].dest->storage != d->storage && r->at[j].node != n);
+    lost |= n->binds && !ok;
+    n->binds = ok;
+  }
+  return lost;
+}
+
 /* Add every live value and pending write that still reads a storage the
 ** region writes, until nothing more is pulled in. */
 static int close_writes(reqs *r)
@@ -161,7 +190,7 @@ static int close_writes(reqs *r)
   trace_state *s = &trace_g;
   bool grew = true;
   while (grew) {
-    grew = false;
+    grew = update_binds(r);
     for (int i = 0; i < s->npending; i++) {
       trace_pending *w = &s->pending[i];
       bool in = false;
@@ -501,6 +530,8 @@ static void finish(trace_region *r)
       if (v)   /* eager result; a plan writes dest itself */
         eager_copy_into(r->dest[i], v);
       atomic_fetch_add(&r->dest[i]->storage->version, 1);
+      if (n->binds && !n->value)   /* lazy readers read it there */
+        n->value = tensor_ref(r->dest[i]);
       pending_drop(r->dest[i]);
     } else if (v && !n->value) {
       n->value = tensor_ref(v);
@@ -509,12 +540,20 @@ static void finish(trace_region *r)
   }
 }
 
+static void clear_binds(reqs *q)
+{
+  for (int i = 0; i < q->n; i++)
+    q->at[i].node->binds = false;
+}
+
 static int realize(reqs *q)
 {
   if (q->n == 0)
     return 0;
-  if (close_writes(q) < 0)
+  if (close_writes(q) < 0) {
+    clear_binds(q);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+  }
   /* "Small": a sixteenth of the largest value asked for. */
   int64_t small = 0;
   for (int i = 0; i < q->n; i++)
@@ -522,8 +561,10 @@ static int realize(reqs *q)
       small = node_numel(q->at[i].node) / 16;
   uint64_t epoch = ++trace_g.epoch;
   for (int i = 0, n = q->n; i < n; i++)
-    if (add_survivors(q, q->at[i].node, small, epoch) < 0)
+    if (add_survivors(q, q->at[i].node, small, epoch) < 0) {
+      clear_binds(q);
       return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
+    }
   trace_g.realizations++;
   builder b;
   trace_region *r = &b.r;
@@ -531,6 +572,7 @@ static int realize(reqs *q)
     for (int i = 0; i < r->nnodes; i++)
       r->nodes[i]->slot = -1;
     region_free(r);
+    clear_binds(q);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   }
   /* Keep the outputs alive while handles and writes are rebound. */
@@ -568,6 +610,7 @@ static int realize(reqs *q)
   eager_tls_set(saved);
   if (rc == 0)
     finish(r);
+  clear_binds(q);
   for (int i = 0; i < r->nnodes; i++)
     r->nodes[i]->slot = -1;
   for (int i = 0; i < r->noutputs; i++)

@@ -50,6 +50,8 @@ struct trace_node {
   uint64_t mark;         /* walk epoch */
   uint64_t born;         /* realizations done when the node was made */
   int slot;              /* index in the region being realized */
+  bool binds;            /* the region being realized writes it back to a
+                            target that then holds its value (region.c) */
 };
 
 /* A region being realized: its nodes in topological order, its inputs
