@@ -31,10 +31,13 @@
 
 #include "../tensor/tensor.h"
 
-#define KIR_MAX_BUFS 32
-#define KIR_MAX_INSTRS 1024
-#define KIR_MAX_PASSES 8
-#define KIR_MAX_SCALARS 32
+/* The limits of one kernel. A group that would exceed one is split into
+** several kernels by the fuser (plan.c), so they bound a kernel's size, not
+** a program's. */
+#define KIR_MAX_BUFS 64
+#define KIR_MAX_INSTRS 2048
+#define KIR_MAX_PASSES 32
+#define KIR_MAX_SCALARS 64
 
 /* Instruction opcodes. ORDER KOP: the primitives of expr.h, then the IR's
 ** own leaves. Semantics are exactly expr.h's for the instruction's dtype. */

@@ -77,7 +77,13 @@ typedef struct {
   bool *force;          /* node values to store (persist across attempts) */
   bool *copy;           /* SUM_ALL nodes whose operand is copied dense */
   int *copy_temp;       /* ... into this temp */
+  bool *fresh;          /* nodes that start a kernel of their own */
   int retry;            /* 1 when the attempt asked for another one */
+  /* a kernel limit hit: which member was being built, and whether it was
+  ** the first of its kernel */
+  bool over;
+  int member;
+  bool first;
 } fb;
 
 static node_kind kind_of(const fuse_node *n)
@@ -94,6 +100,14 @@ static int fail(fb *b, const char *msg)
 {
   snprintf(b->reason, b->rlen, "%s", msg);
   return -1;
+}
+
+/* A kernel limit (kir.h) was hit: the attempt fails, and the next one
+** splits the group there (fuse_build). */
+static int over_limit(fb *b, const char *msg)
+{
+  b->over = true;
+  return fail(b, msg);
 }
 
 /* -- Steps ------------------------------------------------------------------ */
@@ -369,7 +383,7 @@ static int assign_steps(fb *b)
       continue;
     }
     if (k == NK_ROWS && row_reduction(n)) {
-      int s = rows_step_for(b, i);
+      int s = b->fresh[i] ? -1 : rows_step_for(b, i);
       if (s < 0) {
         if ((s = step_new(b, FSTEP_KERNEL)) < 0)
           return -1;
@@ -405,12 +419,12 @@ static int assign_steps(fb *b)
     }
     /* A stored pointwise value: join the ROWS kernel whose row values it
     ** reads, else the latest MAP group of its shape. */
-    int join = rows_step_for(b, i);
+    int join = b->fresh[i] ? -1 : rows_step_for(b, i);
     if (join >= 0) {
       b->step[i] = join;
       continue;
     }
-    for (int s = b->p->nsteps - 1; s >= 0; s--) {
+    for (int s = b->p->nsteps - 1; s >= 0 && !b->fresh[i]; s--) {
       fuse_step *st = &b->p->steps[s];
       int member = b->si[s].first_member;
       if (st->kind != FSTEP_KERNEL || st->node >= 0 || member < 0)
@@ -564,7 +578,7 @@ static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
       return i;
   }
   if (k->nbufs == KIR_MAX_BUFS)
-    return fail(b, "too many buffers in one kernel");
+    return over_limit(b, "too many buffers in one kernel");
   int i = k->nbufs++;
   k->buf[i].role = (uint8_t)role;
   k->buf[i].dtype = (uint8_t)dt;
@@ -658,7 +672,7 @@ static int scalar_slot(fb *b, int node, int which, tc_dtype dt)
     if (st->scal[i].node == node && st->scal[i].which == which)
       return kir_scalar(b->k, dt, i);
   if (st->nscal == KIR_MAX_SCALARS)
-    return fail(b, "too many scalars in one kernel");
+    return over_limit(b, "too many scalars in one kernel");
   st->scal[st->nscal].node = node;
   st->scal[st->nscal].which = which;
   return kir_scalar(b->k, dt, st->nscal++);
@@ -809,8 +823,8 @@ static int eval(fb *b, int n, const vmap *m)
                                      in[2]));
     }
   }
-  if (v < 0)
-    return v == -1 && !b->reason[0] ? fail(b, "kernel too large") : -1;
+  if (v < 0)   /* kir_emit is out of room for instructions */
+    return b->reason[0] ? -1 : over_limit(b, "too many instructions");
   b->cache[n] = v;
   b->cache_vm[n] = *m;
   return v;
@@ -830,8 +844,10 @@ static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
 {
   int buf = out_buffer(b, n, m);
   tc_dtype dt = buf < 0 ? TC_F32 : (tc_dtype)b->k->buf[buf].dtype;
-  if (buf < 0 || b->k->npasses == KIR_MAX_PASSES)
-    return fail(b, "too many passes");
+  if (buf < 0)
+    return -1;
+  if (b->k->npasses == KIR_MAX_PASSES)
+    return over_limit(b, "too many passes");
   b->k->pass[b->k->npasses++] = (kir_pass){ (uint8_t)kind, 0, (int16_t)buf,
                                             kir_cast(b->k, dt, value) };
   return 0;
@@ -843,6 +859,7 @@ static void kernel_begin(fb *b, int s)
   b->st = &b->p->steps[s];
   b->k = b->st->k;
   b->k->dynamic = b->dynamic;
+  b->member = -1;
   for (int i = 0; i < b->g->nnodes; i++)
     b->cache[i] = b->rowval[i] = -1;
 }
@@ -866,6 +883,8 @@ static int build_map(fb *b, int s)
   for (int i = 0; i < g->nnodes; i++) {
     if (b->step[i] != s)
       continue;
+    b->first = b->member < 0;
+    b->member = i;
     int v = eval(b, i, &id);
     if (v < 0)
       return -1;
@@ -884,8 +903,10 @@ static int build_map(fb *b, int s)
 static int reduce_pass_to(fb *b, kir_red red, int value, int out)
 {
   kir_kernel *k = b->k;
-  if (value < 0 || k->npasses == KIR_MAX_PASSES)
+  if (value < 0)
     return -1;
+  if (k->npasses == KIR_MAX_PASSES)
+    return over_limit(b, "too many passes");
   int p = k->npasses++;
   k->pass[p] = (kir_pass){ KIR_PASS_REDUCE, (uint8_t)red, (int16_t)out,
                            value };
@@ -948,6 +969,8 @@ static int build_rows_general(fb *b, int s)
     if (b->step[i] != s || kind_of(nd) == NK_PW)
       continue;
     tc_dtype dt = (tc_dtype)nd->dtype;
+    b->first = b->member < 0;
+    b->member = i;
     int x = kir_cast(k, dt, eval_edge(b, &nd->in[0], rs->r, rs->shape,
                                       &full));
     kir_red red = nd->op == TC_OP_MAX ? KIR_RED_MAX
@@ -979,6 +1002,10 @@ static int build_rows_general(fb *b, int s)
       if ((c == RC_FULL) != (pass == 0))
         continue;
       const vmap *m = c == RC_FULL ? &full : c == RC_ROWK ? &rowk : &rowr;
+      if (kind_of(nd) == NK_PW) {   /* (a reduction's was built above) */
+        b->first = b->member < 0;
+        b->member = i;
+      }
       int v = eval(b, i, m);
       if (v < 0)
         return -1;
@@ -1005,6 +1032,8 @@ static int build_sum_all(fb *b, int s, int n)
   tc_dtype dt = (tc_dtype)nd->dtype;
   int x;
   vmap um = { .ndim = r };
+  b->first = true;
+  b->member = n;
   /* One flat row over the operand's shape, producers inlined. */
   k->ndim = 0;
   int64_t numel = 1;
@@ -1067,15 +1096,70 @@ static int build_extern(fb *b, int s, int n)
 
 /* -- Public to the project ------------------------------------------------ */
 
+/* Nodes in n's inlined tree (n included). */
+static int inlined_size(const fb *b, int n)
+{
+  int k = 1;
+  const fuse_node *nd = &b->g->nodes[n];
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src >= 0 && !b->store[src])
+      k += inlined_size(b, src);
+  }
+  return k;
+}
+
+/* n's largest inlined operand and its tree's size, or -1. */
+static int largest_inlined(const fb *b, int n, int *size)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  int best = -1;
+  *size = 0;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    int k = src >= 0 && !b->store[src] ? inlined_size(b, src) : 0;
+    if (k > *size) {
+      best = src;
+      *size = k;
+    }
+  }
+  return best;
+}
+
+/* After a kernel limit was hit building member m: split there. A member
+** after the first starts a kernel of its own; a first member too large by
+** itself has the middle of its inlined tree (going down its largest
+** operands to half its size) stored by a kernel before its own, so a few
+** halvings fit any expression. Returns false when nothing can be split. */
+static bool split_at(fb *b, int m, bool first)
+{
+  if (!first) {
+    b->fresh[m] = true;
+    return true;
+  }
+  int total = inlined_size(b, m), size, cut = largest_inlined(b, m, &size);
+  if (cut < 0)
+    return false;
+  for (int next, k; (next = largest_inlined(b, cut, &k)) >= 0 &&
+                    size > total / 2;) {
+    cut = next;
+    size = k;
+  }
+  b->force[cut] = b->fresh[cut] = b->fresh[m] = true;
+  return true;
+}
+
 static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
-                             bool *copy, int *copy_temp, int *retry,
-                             char *reason, size_t rlen)
+                             bool *copy, int *copy_temp, bool *fresh,
+                             int *retry, char *reason, size_t rlen)
 {
   fb b;
   memset(&b, 0, sizeof b);
   b.force = force;
   b.copy = copy;
   b.copy_temp = copy_temp;
+  b.fresh = fresh;
+  b.member = -1;
   b.g = g;
   b.dynamic = dynamic;
   b.reason = reason;
@@ -1129,6 +1213,8 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
                            : build_map(&b, s);
   }
 done:
+  if (rc < 0 && b.over && b.member >= 0 && split_at(&b, b.member, b.first))
+    b.retry = 1;
   free(b.consumers);
   free(b.store);
   free(b.step);
@@ -1341,22 +1427,25 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   const fuse_graph *g = &gx;
   size_t nn = (size_t)g->nnodes + 1;
   bool *force = calloc(nn, sizeof *force), *copy = calloc(nn, sizeof *copy);
+  bool *fresh = calloc(nn, sizeof *fresh);
   int *copy_temp = calloc(nn, sizeof *copy_temp);
   fuse_plan *p = NULL;
-  if (!force || !copy || !copy_temp) {
+  if (!force || !copy || !copy_temp || !fresh) {
     snprintf(reason, rlen, "out of memory");
   } else {
-    /* Each retry stores or copies one more operand; a few suffice. */
-    for (int attempt = 0; attempt < 4 && !p; attempt++) {
+    /* Each retry stores or copies one more operand, or splits a kernel
+    ** that hit a limit in two: at most a few per node. */
+    for (int attempt = 0; attempt < 8 + 2 * g->nnodes && !p; attempt++) {
       int retry = 0;
-      p = build_once(g, dynamic, force, copy, copy_temp, &retry, reason,
-                     rlen);
+      p = build_once(g, dynamic, force, copy, copy_temp, fresh, &retry,
+                     reason, rlen);
       if (!retry)
         break;
     }
   }
   free(force);
   free(copy);
+  free(fresh);
   free(copy_temp);
   free((void *)gx.nodes);
   free((void *)gx.out_node);

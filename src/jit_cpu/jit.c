@@ -135,6 +135,15 @@ static gcc_jit_context *new_context(void)
   ** a loop; nothing else in a kernel depends on complete unrolling. */
   gcc_jit_context_add_command_line_option(ctx,
                                           "--param=max-completely-peel-times=1");
+  /* The transcendentals are always_inline (so loops vectorize); a kernel
+  ** with many of them must not hit GCC's growth limits, which turn an
+  ** always_inline that cannot be inlined into a compile error. */
+  gcc_jit_context_add_command_line_option(ctx,
+                                          "--param=large-function-growth=100000");
+  gcc_jit_context_add_command_line_option(ctx,
+                                          "--param=large-function-insns=1000000");
+  gcc_jit_context_add_command_line_option(ctx,
+                                          "--param=inline-unit-growth=100000");
   if (vec_report) {
     char opt[4200];
     snprintf(opt, sizeof opt, "-fopt-info-vec-optimized=%s", vec_report);

@@ -363,6 +363,90 @@ static void test_fusion_row_stats_outputs(void **state)
   tc_scope_end(mark);
 }
 
+/* -- Kernel limits are a scheduling decision --------------------------------- */
+
+static int big_kind;
+
+static tc_tensor *big_program(tc_tensor *const *in)
+{
+  tc_tensor *y = in[0];
+  switch (big_kind) {
+  case 0:   /* 150 tensors summed in one expression (buffers) */
+    for (int i = 1; i < 150; i++)
+      y = tc_add(y, in[i % 7]);
+    break;
+  case 1:   /* 200 scalar ops (scalars) */
+    for (int i = 0; i < 200; i++)
+      y = tc_add_scalar(tc_mul_scalar(y, 0.999), 0.001 * i);
+    break;
+  default:  /* 60 sin-exp pairs (instructions, inlining) */
+    for (int i = 0; i < 60; i++)
+      y = tc_exp(tc_mul_scalar(tc_sin(y), 0.5));
+  }
+  return y;
+}
+
+/* Adam over n parameters: 3n in-place updates synced as one region. */
+static void adam_many(tc_tensor **st, int n, int t)
+{
+  for (int i = 0; i < n; i++) {
+    tc_tensor **s = st + 4 * i;
+    size_t mark = tc_scope_begin();
+    tc_mul_scalar_(s[2], 0.9);
+    tc_add_(s[2], tc_mul_scalar(s[1], 0.1));
+    tc_mul_scalar_(s[3], 0.999);
+    tc_add_(s[3], tc_mul_scalar(tc_mul(s[1], s[1]), 0.001));
+    tc_tensor *mhat = tc_div_scalar(s[2], 1 - pow(0.9, t));
+    tc_tensor *vhat = tc_div_scalar(s[3], 1 - pow(0.999, t));
+    tc_sub_(s[0], tc_mul_scalar(tc_div(mhat, tc_add_scalar(tc_sqrt(vhat),
+                                                            1e-8)), 1e-3));
+    tc_scope_end(mark);
+  }
+  assert_int_equal(tc_sync(), 0);
+}
+
+static void test_fusion_no_fallback_for_size(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  tc_tensor *in[7];
+  for (int i = 0; i < 7; i++)
+    in[i] = tc_mul_scalar(tc_randn(TC_F32, TC_SHAPE(8, 33), 20 + i), 0.1);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  for (big_kind = 0; big_kind < 3; big_kind++)
+    check_prog("big program", big_program, 7, in);
+  /* 3 and 12 parameters: 9 and 36 outputs of one shape. */
+  for (int n = 3; n <= 12; n += 9) {
+    tc_tensor *st[2][48];
+    for (int mode = 0; mode < 2; mode++)
+      for (int i = 0; i < 4 * n; i++) {
+        tc_compile_set(false);
+        st[mode][i] = i % 4 < 2 ? tc_randn(TC_F32, TC_SHAPE(1000), 40 + i)
+                                : tc_zeros(TC_F32, TC_SHAPE(1000));
+      }
+    for (int t = 1; t <= 3; t++) {
+      tc_compile_set(false);
+      adam_many(st[0], n, t);
+      tc_compile_set(true);
+      adam_many(st[1], n, t);
+    }
+    tc_compile_set(false);
+    float a[1000], b[1000];
+    for (int i = 0; i < 4 * n; i++) {
+      assert_int_equal(tc_copy_to(st[0][i], a, sizeof a), 0);
+      assert_int_equal(tc_copy_to(st[1][i], b, sizeof b), 0);
+      assert_memory_equal(a, b, sizeof a);
+      tc_release(st[0][i]);
+      tc_release(st[1][i]);
+    }
+  }
+  tc_stats_get(&s1);
+  assert_int_equal(s1.compile_failures, s0.compile_failures);
+  tc_scope_end(mark);
+}
+
 /* An Adam step over p, m, v, in place: one kernel writing three tensors. */
 static void adam_step(tc_tensor *p, tc_tensor *g, tc_tensor *m, tc_tensor *v,
                       int t)
@@ -591,6 +675,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_fusion_row_patterns, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_row_stats_outputs, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_no_fallback_for_size, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_sync_inside_scope, setup,
                                     teardown),
