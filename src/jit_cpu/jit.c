@@ -71,6 +71,15 @@ static char version[48];
 static void init_once(void)
 {
   target = detect_target();
+  /* TC_JIT_ISA may ask for a lower level (a store shared with older
+  ** machines; tools that do not know the newest instructions), never a
+  ** higher one than this CPU runs. */
+  const char *want = tensor_cfg()->jit_isa;
+  if (*want && strcmp(want, target) < 0)
+    target = want;
+  else if (*want && strcmp(want, target) > 0)
+    tensor_log(TC_LOG_ERROR, "TC_JIT_ISA=%s: this CPU runs %s at most; "
+               "using %s", want, target, target);
   /* Kernels differ with approx.h's multiply-add mode (APPROX_FMA), so a
   ** store shared by builds that differ in it must not mix their kernels. */
   snprintf(version, sizeof version, "libgccjit %d.%d.%d%s",

@@ -161,6 +161,13 @@ static void load(void)
   c.async = env_bool("TC_ASYNC", true);
   c.jit = env_bool("TC_JIT", true);
   c.jit_worker = env_bool("TC_JIT_WORKER", true);
+  const char *isa = env("TC_JIT_ISA");
+  if (isa && strcmp(isa, "x86-64") && strcmp(isa, "x86-64-v2") &&
+      strcmp(isa, "x86-64-v3") && strcmp(isa, "x86-64-v4"))
+    warn("TC_JIT_ISA", isa, "is not x86-64, x86-64-v2, x86-64-v3 or "
+         "x86-64-v4", "the CPU's level");
+  else if (isa)
+    snprintf(c.jit_isa, sizeof c.jit_isa, "%s", isa);
   c.threads = (int)env_int_named("TC_THREADS", 0, "all cores", 1, 1024);
   c.cache = env_bool("TC_CACHE", true);
   cache_dir(c.cache_dir, sizeof c.cache_dir);

@@ -150,8 +150,13 @@ void tc_scope_end(size_t mark)
     tensor_log(TC_LOG_ERROR, "%s", tc_last_error());
     return;
   }
+  /* Releasing lazy tensors takes trace's lock: take it once for all. */
+  if (tensor_hooks.lock)
+    tensor_hooks.lock();
   while (sc.depth > d)
     end_innermost();
+  if (tensor_hooks.unlock)
+    tensor_hooks.unlock();
   if (sc.depth == 0) {
     free(sc.slot);
     free(sc.marks);

@@ -137,6 +137,8 @@ typedef struct {
   int (*expose)(tc_tensor *t);    /* t (readable) is about to hand out a raw
                                      pointer: compute every lazy value that
                                      reads its storage now */
+  void (*lock)(void);             /* hold trace's lock over many releases */
+  void (*unlock)(void);
 } tensor_trace_hooks;
 extern tensor_trace_hooks tensor_hooks;
 /* Make t readable (materialized, no pending writes); 0 or -1. */
@@ -161,6 +163,8 @@ typedef struct {
                               realized (2048) */
   bool async;              /* TC_ASYNC: compile in the background (1) */
   bool jit;                /* TC_JIT: 0 traces but never compiles (1) */
+  char jit_isa[16];        /* TC_JIT_ISA: compile kernels for this x86-64
+                              level (at most the CPU's); "" detects it */
   bool jit_worker;         /* TC_JIT_WORKER: libgccjit runs in a compile
                               worker process; 0 runs it here, inline (1) */
   int threads;             /* TC_THREADS (0: all cores) */

@@ -31,16 +31,17 @@ void trace_unlock(void)
 
 /* -- Nodes ------------------------------------------------------------------ */
 
-static bool geom_is_contiguous_of(const tensor_geom *g, int ndim,
-                                  const int64_t *shape)
+/* Does lazy handle t show its node's value as it is (no view)? */
+static bool shows_node(const tc_tensor *t, const trace_node *n)
 {
-  if (g->offset != 0 || g->ndim != ndim)
+  if (t->offset != 0 || t->ndim != n->ndim)
     return false;
-  int64_t st[TC_MAX_DIMS];
-  tensor_contiguous_strides(ndim, shape, st);
-  for (int d = 0; d < ndim; d++)
-    if (g->shape[d] != shape[d] || (shape[d] != 1 && g->stride[d] != st[d]))
+  int64_t st = 1;
+  for (int d = n->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] != n->shape[d] || (n->shape[d] != 1 && t->stride[d] != st))
       return false;
+    st *= n->shape[d] > 1 ? n->shape[d] : 1;
+  }
   return true;
 }
 
@@ -111,21 +112,6 @@ void trace_node_release(trace_node *n)
 
 /* -- Structure hashes ------------------------------------------------------ */
 
-/* One word into a structure hash: the 128-bit product of (state ^ word) and
-** an odd constant, folded to 64 bits (foldhash's folded multiply). Each
-** product bit depends on every lower bit of both factors and the high half
-** on all of them, so the fold is well mixed; one multiply per word keeps
-** hashing off the recording path's cost (it runs for every traced op). */
-#define HASH_SEED 0x243f6a8885a308d3u   /* pi: any nonzero start */
-#define HASH_MUL  0x9e3779b97f4a7c15u   /* odd, 2^64 / golden ratio */
-
-static inline uint64_t hash_word(uint64_t h, uint64_t v)
-{
-  __extension__ typedef unsigned __int128 u128;
-  u128 p = (u128)(h ^ v) * HASH_MUL;
-  return (uint64_t)p ^ (uint64_t)(p >> 64);
-}
-
 /* The structure hash of a leaf edge depends on the tensor's rank alone:
 ** its dtype is guarded, not structure (a region that casts its input first
 ** is the same region for any input dtype), and which tensor it is enters
@@ -136,7 +122,7 @@ static uint64_t leaf_hashes[TC_MAX_DIMS + 1];
 static void leaf_hashes_init(void)
 {
   for (int d = 0; d <= TC_MAX_DIMS; d++)
-    leaf_hashes[d] = hash_word(HASH_SEED, (uint64_t)TC_OP__MAX |
+    leaf_hashes[d] = trace_hash_word(TRACE_HASH_SEED, (uint64_t)TC_OP__MAX |
                                           (uint64_t)d << 32);
 }
 
@@ -146,12 +132,12 @@ uint64_t trace_leaf_hash(int ndim) { return leaf_hashes[ndim]; }
 ** never reads like an unviewed one followed by another edge). */
 static uint64_t geom_hash(uint64_t h, const tensor_geom *g)
 {
-  h = hash_word(h, (uint64_t)g->ndim | (uint64_t)1 << 32);
+  h = trace_hash_word(h, (uint64_t)g->ndim | (uint64_t)1 << 32);
   for (int d = 0; d < g->ndim; d++) {
-    h = hash_word(h, (uint64_t)g->shape[d]);
-    h = hash_word(h, (uint64_t)g->stride[d]);
+    h = trace_hash_word(h, (uint64_t)g->shape[d]);
+    h = trace_hash_word(h, (uint64_t)g->stride[d]);
   }
-  return hash_word(h, (uint64_t)g->offset);
+  return trace_hash_word(h, (uint64_t)g->offset);
 }
 
 /* The structure hash of a node: its op and attributes, and its inputs'
@@ -159,14 +145,14 @@ static uint64_t geom_hash(uint64_t h, const tensor_geom *g)
 ** out; whether an op has scalars is implied by the op. O(1) per op. */
 static uint64_t node_hash(const trace_node *n)
 {
-  uint64_t h = hash_word(HASH_SEED,
+  uint64_t h = trace_hash_word(TRACE_HASH_SEED,
                          (uint64_t)n->op | (uint64_t)n->dtype << 16 |
                          (uint64_t)n->cdtype << 24 | (uint64_t)n->ndim << 32 |
                          (uint64_t)n->nin << 40 | (uint64_t)n->keepdim << 48);
-  h = hash_word(h, (uint64_t)(int64_t)n->dim);
+  h = trace_hash_word(h, (uint64_t)(int64_t)n->dim);
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    h = hash_word(h, e->node   ? e->node->hash
+    h = trace_hash_word(h, e->node   ? e->node->hash
                      : e->leaf ? leaf_hashes[e->leaf->ndim]
                                : 0);
     if (e->viewed)
@@ -324,8 +310,9 @@ static void edge_of(tc_tensor *t, trace_edge *e)
 {
   if (t->lazy) {
     trace_node *n = t->lazy;
-    tensor_geom_of(t, &e->geom);
-    e->viewed = !geom_is_contiguous_of(&e->geom, n->ndim, n->shape);
+    e->viewed = !shows_node(t, n);
+    if (e->viewed)
+      tensor_geom_of(t, &e->geom);
     e->node = n;
     trace_node_retain(n);
     return;
@@ -463,9 +450,7 @@ static tc_tensor *trace_contiguous(const eager_call *c)
   if (!a->lazy)
     return run_cpu(c);
   trace_node *n = a->lazy;
-  tensor_geom g;
-  tensor_geom_of(a, &g);
-  if (geom_is_contiguous_of(&g, n->ndim, n->shape) && a->dtype == c->dtype)
+  if (shows_node(a, n) && a->dtype == c->dtype)
     return trace_handle_new(n, NULL);   /* a new handle, same value */
   return trace_functional(c);
 }
@@ -481,10 +466,8 @@ static tc_tensor *trace_inplace(const eager_call *c)
     return NULL;
   if (dst->lazy) {
     trace_node *old = dst->lazy;
-    tensor_geom g;
-    tensor_geom_of(dst, &g);
     bool sole = old->handles == dst && !dst->lazy_next &&
-                geom_is_contiguous_of(&g, old->ndim, old->shape);
+                shows_node(dst, old);
     if (!sole && tensor_hooks.realize(dst) < 0)
       return NULL;
     if (sole) {
@@ -624,6 +607,8 @@ static void init_once(void)
   tensor_hooks.sync = locked_sync;
   tensor_hooks.realize_all = locked_realize_all;
   tensor_hooks.expose = locked_expose;
+  tensor_hooks.lock = trace_lock;
+  tensor_hooks.unlock = trace_unlock;
   trace_compile_register();
 }
 

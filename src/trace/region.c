@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include "trace_int.h"
 
@@ -137,23 +135,24 @@ static bool writes_storage(const reqs *r, const tensor_storage *s)
 
 /* Does n's pending subgraph read a storage written by r: a leaf's, or a
 ** computed value's (a handle bound to a value may be written in place, and
-** the value is that handle's storage)? */
+** the value is that handle's storage)? Memoized per epoch (n->reads), so
+** one pass of the closure visits each node once. */
 static bool reads_written(trace_node *n, const reqs *r, uint64_t epoch)
 {
   if (n->mark == epoch)
-    return false;
+    return n->reads;
   n->mark = epoch;
+  bool reads = false;
   if (n->value)
-    return writes_storage(r, n->value->storage);
-  if (n->binds)   /* its value will be its target's new contents */
-    return false;
-  for (int i = 0; i < n->nin; i++) {
-    const trace_edge *e = &n->in[i];
-    if (e->leaf ? writes_storage(r, e->leaf->storage)
-                : e->node && reads_written(e->node, r, epoch))
-      return true;
-  }
-  return false;
+    reads = writes_storage(r, n->value->storage);
+  else if (!n->binds)   /* a binding one's value will be its target's */
+    for (int i = 0; i < n->nin && !reads; i++) {
+      const trace_edge *e = &n->in[i];
+      reads = e->leaf ? writes_storage(r, e->leaf->storage)
+                      : e->node && reads_written(e->node, r, epoch);
+    }
+  n->reads = reads;
+  return reads;
 }
 
 /* Which write-backs will leave their value in their target: a contiguous
@@ -188,9 +187,18 @@ static bool update_binds(reqs *r)
 static int close_writes(reqs *r)
 {
   trace_state *s = &trace_g;
+  bool writes = false;
+  for (int i = 0; i < r->n; i++)
+    writes |= r->at[i].dest != NULL;
+  if (!writes)
+    return 0;   /* reading alone overwrites nothing */
   bool grew = true;
   while (grew) {
     grew = update_binds(r);
+    /* One epoch per pass: what reads a written storage does not change
+    ** within it (r only grows at its end, and is looked at again). */
+    uint64_t epoch = ++s->epoch;
+    bool added = false;
     for (int i = 0; i < s->npending; i++) {
       trace_pending *w = &s->pending[i];
       bool in = false;
@@ -199,10 +207,10 @@ static int close_writes(reqs *r)
       if (in)
         continue;
       if (writes_storage(r, w->dst->storage) ||
-          reads_written(w->node, r, ++s->epoch)) {
+          reads_written(w->node, r, epoch)) {
         if (req_add(r, w->node, w->dst) < 0)
           return -1;
-        grew = true;
+        added = true;
       }
     }
     for (int i = 0; i < s->nheld; i++) {
@@ -210,12 +218,13 @@ static int close_writes(reqs *r)
       bool in = false;
       for (int j = 0; j < r->n; j++)
         in |= r->at[j].node == h && !r->at[j].dest;
-      if (!in && !h->value && reads_written(h, r, ++s->epoch)) {
+      if (!in && !h->value && reads_written(h, r, epoch)) {
         if (req_add(r, h, NULL) < 0)
           return -1;
-        grew = true;
+        added = true;
       }
     }
+    grew |= added;
   }
   return 0;
 }
@@ -254,11 +263,17 @@ static int add_survivors(reqs *q, trace_node *n, int64_t small,
 
 /* -- Building the region ----------------------------------------------------- */
 
+/* The region's arrays are kept from one realization to the next (under the
+** trace lock, realizations do not nest; a nested one would allocate). */
 typedef struct {
   trace_region r;
-  int cap_nodes, cap_inputs;
-  XXH3_state_t pattern;  /* which input each leaf edge reads, in order */
+  int cap_nodes, cap_inputs, cap_outputs;
+  uint64_t h;            /* the structure hash being built */
+  bool spare;            /* its arrays are the spare's */
 } builder;
+
+static builder spare;    /* arrays of the last region, for the next one */
+static bool spare_busy;
 
 /* The index of input t, appended if new (then *added, when given, is
 ** set); -1 when out of memory. */
@@ -277,20 +292,17 @@ static int input_of(builder *b, tc_tensor *t, bool *added)
 }
 
 /* Read input t (a leaf tensor, or a computed value of structure hash h):
-** the pattern records which input each read is. */
+** the hash records which input each read is. */
 static int collect_input(builder *b, tc_tensor *t, bool leaf, uint64_t h)
 {
   bool added = false;
-  int32_t idx = input_of(b, t, &added);
+  int idx = input_of(b, t, &added);
   if (idx < 0)
     return -1;
-  if (added) {
-    /* A computed value enters like a leaf; its structure tells them
-    ** apart. */
-    uint64_t first[2] = { leaf, h };
-    XXH3_64bits_update(&b->pattern, first, sizeof first);
-  }
-  XXH3_64bits_update(&b->pattern, &idx, sizeof idx);
+  if (added)   /* a computed value enters like a leaf; its structure tells
+                  them apart */
+    b->h = trace_hash_word(trace_hash_word(b->h, leaf), h);
+  b->h = trace_hash_word(b->h, (uint64_t)idx);
   return 0;
 }
 
@@ -299,9 +311,8 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
 {
   if (n->value)
     return collect_input(b, n->value, false, n->hash);
-  if (n->mark == epoch) {
-    int32_t v = -2 - n->slot;   /* a shared operand, by position */
-    XXH3_64bits_update(&b->pattern, &v, sizeof v);
+  if (n->mark == epoch) {   /* a shared operand, by position */
+    b->h = trace_hash_word(b->h, (uint64_t)(-2 - (int64_t)n->slot));
     return 0;
   }
   n->mark = epoch;
@@ -322,12 +333,18 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
   return 0;
 }
 
-/* Frees the region's arrays; its nodes' slots must be reset already (the
-** nodes may be gone by now). */
-static void region_free(trace_region *r)
+/* Done with the region; its nodes' slots must be reset already (the nodes
+** may be gone by now). Its arrays go back to the spare, or are freed. */
+static void region_free(builder *b)
 {
+  trace_region *r = &b->r;
   for (int i = 0; i < r->noutputs; i++)
     tensor_unref(r->result[i]);
+  if (b->spare) {
+    spare = *b;
+    spare_busy = false;
+    return;
+  }
   free(r->nodes);
   free(r->inputs);
   free(r->outputs);
@@ -337,15 +354,35 @@ static void region_free(trace_region *r)
 
 static int region_build(builder *b, const reqs *q)
 {
-  memset(b, 0, sizeof *b);
-  XXH3_64bits_reset(&b->pattern);
+  if (!spare_busy) {
+    *b = spare;
+    b->spare = spare_busy = true;
+  } else {
+    memset(b, 0, sizeof *b);
+  }
   trace_region *r = &b->r;
+  r->nnodes = r->ninputs = 0;
   r->noutputs = q->n;
-  r->outputs = malloc(sizeof *r->outputs * (size_t)q->n);
-  r->dest = malloc(sizeof *r->dest * (size_t)q->n);
-  r->result = calloc((size_t)q->n, sizeof *r->result);
-  if (!r->outputs || !r->dest || !r->result)
-    return -1;
+  b->h = TRACE_HASH_SEED;
+  if (q->n > b->cap_outputs) {
+    int cap = q->n < 16 ? 16 : q->n;
+    trace_node **o = realloc(r->outputs, sizeof *o * (size_t)cap);
+    if (o)
+      r->outputs = o;
+    tc_tensor **d = o ? realloc(r->dest, sizeof *d * (size_t)cap) : NULL;
+    if (d)
+      r->dest = d;
+    tc_tensor **res = d ? realloc(r->result, sizeof *res * (size_t)cap)
+                        : NULL;
+    if (res)
+      r->result = res;
+    if (!res) {
+      r->noutputs = 0;
+      return -1;
+    }
+    b->cap_outputs = cap;
+  }
+  memset(r->result, 0, sizeof *r->result * (size_t)q->n);
   uint64_t epoch = ++trace_g.epoch;
   for (int i = 0; i < q->n; i++) {
     r->outputs[i] = q->at[i].node;
@@ -360,14 +397,12 @@ static int region_build(builder *b, const reqs *q)
     int j = input_of(b, q->at[i].dest, NULL);
     if (j < 0)
       return -1;
-    int32_t v = -1000000 - j;
-    XXH3_64bits_update(&b->pattern, &v, sizeof v);
+    b->h = trace_hash_word(b->h, (uint64_t)(-1000000 - (int64_t)j));
   }
-  for (int i = 0; i < q->n; i++) {
-    uint64_t h[2] = { q->at[i].node->hash, q->at[i].dest != NULL };
-    XXH3_64bits_update(&b->pattern, h, sizeof h);
-  }
-  r->hash = XXH3_64bits_digest(&b->pattern);
+  for (int i = 0; i < q->n; i++)
+    b->h = trace_hash_word(trace_hash_word(b->h, q->at[i].node->hash),
+                           q->at[i].dest != NULL);
+  r->hash = b->h;
   return 0;
 }
 
@@ -571,7 +606,7 @@ static int realize(reqs *q)
   if (region_build(&b, q) < 0) {
     for (int i = 0; i < r->nnodes; i++)
       r->nodes[i]->slot = -1;
-    region_free(r);
+    region_free(&b);
     clear_binds(q);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   }
@@ -615,7 +650,7 @@ static int realize(reqs *q)
     r->nodes[i]->slot = -1;
   for (int i = 0; i < r->noutputs; i++)
     trace_node_release(r->outputs[i]);
-  region_free(r);
+  region_free(&b);
   return rc;
 }
 

@@ -52,6 +52,7 @@ struct trace_node {
   int slot;              /* index in the region being realized */
   bool binds;            /* the region being realized writes it back to a
                             target that then holds its value (region.c) */
+  bool reads;            /* memo of the closure's walk at epoch `mark` */
 };
 
 /* A region being realized: its nodes in topological order, its inputs

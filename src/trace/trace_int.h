@@ -49,6 +49,21 @@ extern trace_state trace_g;
 void trace_lock(void);
 void trace_unlock(void);
 
+/* One word into a structure hash: the 128-bit product of (state ^ word) and
+** an odd constant, folded to 64 bits (foldhash's folded multiply). Each
+** product bit depends on every lower bit of both factors and the high half
+** on all of them, so the fold is well mixed; one multiply per word keeps
+** hashing off the recording path's cost (it runs for every traced op, and
+** for every edge of a region realized). */
+#define TRACE_HASH_SEED 0x243f6a8885a308d3u   /* pi: any nonzero start */
+
+static inline uint64_t trace_hash_word(uint64_t h, uint64_t v)
+{
+  __extension__ typedef unsigned __int128 u128;
+  u128 p = (u128)(h ^ v) * 0x9e3779b97f4a7c15u;   /* odd: 2^64 / phi */
+  return (uint64_t)p ^ (uint64_t)(p >> 64);
+}
+
 void trace_node_retain(trace_node *n);
 /* The structure hash a leaf edge of a tensor of ndim dims contributes. */
 uint64_t trace_leaf_hash(int ndim);
