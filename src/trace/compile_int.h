@@ -1,0 +1,73 @@
+/*
+** compile_int.h -- the compile path's private interface, shared by
+** compile.c (the compile hook: region -> fuse graph -> plan, and the
+** background compile queue), kernels.c (the process's table of compiled
+** kernels, the disk store and the JIT) and run.c (running a plan).
+*/
+#ifndef TC_COMPILE_INT_H
+#define TC_COMPILE_INT_H
+
+#include "trace_int.h"
+#include "../fuse/fuse.h"
+#include "../jit_cpu/jit_cpu.h"
+
+/* A shape-dynamic plan runs its kernels with the sizes and strides of a
+** plan built for each run's shapes; the last few are kept, by the exact
+** shapes and strides of the region's inputs. */
+#define TRACE_LAYOUTS 4
+
+/* A region's compiled plan, as its region table entry keeps it. */
+typedef struct {
+  fuse_plan *plan;   /* owned; each kernel step holds a reference to its
+                        kernel table entry */
+  struct {
+    uint64_t key;    /* guard_key_of the inputs, exactly (0: empty) */
+    uint64_t used;
+    fuse_plan *layout;   /* owned */
+  } layouts[TRACE_LAYOUTS];
+  uint64_t clock;
+} trace_plan;
+
+void trace_plan_free(void *plan);   /* cache_entry.plan_free */
+
+/* -- The region as a fuse graph (compile.c) -------------------------------- */
+
+typedef struct {
+  fuse_graph g;
+  fuse_node *nodes;
+  int *out_node, *out_dest;
+} trace_graph;
+
+/* 0, or -1 (out of memory, or an output with no place in the region). */
+int trace_graph_of(const trace_region *r, trace_graph *gb);
+void trace_graph_free(trace_graph *gb);
+
+/* -- Kernels (kernels.c) ----------------------------------------------------- */
+
+/* An entry of the process-wide kernel table: a loaded kernel, refcounted
+** (the table's reference while in it, one per plan step using it). */
+typedef struct trace_kernel trace_kernel;
+
+/* The compiled kernel for k (of the region with structure hash `region`,
+** for the store's metadata; guards likewise): from this process's table,
+** the disk store, or a fresh compile (then entered in both). A new
+** reference, or NULL with a one-line reason. */
+trace_kernel *trace_kernel_get(const kir_kernel *k, const char *guards,
+                               uint64_t region, char *reason, size_t rlen);
+/* Drop a reference (a fuse_plan's compiled_free). */
+void trace_kernel_put(void *kernel);
+const jcpu_kernel *trace_kernel_code(const trace_kernel *k);
+
+/* Exit: from trace_kernels_stop on no compile starts; trace_kernels_wait
+** waits (bounded) until every compile in flight has renamed its artifact
+** into the store or removed it. */
+void trace_kernels_stop(void);
+bool trace_kernels_exiting(void);
+void trace_kernels_wait(void);
+
+/* -- Running a plan (run.c) ---------------------------------------------------- */
+
+/* trace_run_fn: run plan (a trace_plan) for region r. */
+int trace_run_plan(void *plan, trace_region *r);
+
+#endif

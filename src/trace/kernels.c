@@ -1,0 +1,355 @@
+/*
+** kernels.c -- the process's compiled kernels. Every kernel is known by its
+** key (store.h): the canonical IR text, backend, target and compiler. One
+** process-wide table maps keys to loaded kernels, so equal kernels of
+** different regions compile once; the disk store makes a second process
+** load instead of compiling (principle 7); compiles run in the compile
+** worker (jit_cpu.h).
+*/
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compile_int.h"
+#include "../cache/store.h"
+
+static bool debug_on(void) { return tensor_cfg()->debug; }
+
+struct trace_kernel {
+  char key[STORE_KEY_LEN + 1];
+  jcpu_kernel *jk;              /* owned */
+  int refs;                     /* the table's while in it, and one per
+                                   plan step that uses it (under ktab_lock) */
+  bool in_table;
+  uint64_t last_use;            /* the table's clock at the last lookup */
+  struct trace_kernel *next;
+};
+
+typedef struct trace_kernel kentry;
+
+static pthread_mutex_t ktab_lock = PTHREAD_MUTEX_INITIALIZER;
+static kentry *ktab[256];
+static int ktab_count;          /* entries in the table */
+static uint64_t ktab_clock;
+static bool store_tried, store_warned;
+
+/* Drop one reference (ktab_lock held); the last one unloads the kernel.
+** Plans run under the trace lock and are freed under it, so no thread is
+** inside a kernel whose last reference goes. */
+static void kentry_put_locked(kentry *e)
+{
+  if (--e->refs > 0)
+    return;
+  jcpu_free(e->jk);
+  free(e);
+}
+
+void trace_kernel_put(void *p)
+{
+  pthread_mutex_lock(&ktab_lock);
+  kentry_put_locked(p);
+  pthread_mutex_unlock(&ktab_lock);
+}
+
+/* Keep the table under TC_KERNELS_MAX entries: the least recently looked
+** up leave it (and are unloaded once no plan uses them). */
+static void ktab_trim_locked(void)
+{
+  while (ktab_count >= tensor_cfg()->kernels_max) {
+    kentry **victim = NULL;
+    for (int b = 0; b < 256; b++)
+      for (kentry **p = &ktab[b]; *p; p = &(*p)->next)
+        if (!victim || (*p)->last_use < (*victim)->last_use)
+          victim = p;
+    if (!victim)
+      return;
+    kentry *e = *victim;
+    *victim = e->next;
+    e->in_table = false;
+    ktab_count--;
+    if (tensor_log_on(TC_LOG_CACHE))
+      tensor_log(TC_LOG_CACHE, "kernel %.12s leaves the table "
+                 "(TC_KERNELS_MAX %d)", e->key, tensor_cfg()->kernels_max);
+    kentry_put_locked(e);
+  }
+}
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void store_lazy_open(void)
+{
+  if (store_tried)
+    return;
+  store_tried = true;
+  char why[256];
+  if (store_open(NULL, why, sizeof why) < 0 && tensor_log_on(TC_LOG_CACHE))
+    tensor_log(TC_LOG_CACHE, "disk store off, kernels stay in memory: %s",
+               why);
+}
+
+/* Append name to the space-separated list in buf; false (with " ...")
+** once it is full. */
+static bool ops_add(char *buf, size_t len, size_t *n, const char *name)
+{
+  if (*n + strlen(name) + 6 >= len) {
+    snprintf(buf + *n, len - *n, "%s...", *n ? " " : "");
+    return false;
+  }
+  *n += (size_t)snprintf(buf + *n, len - *n, "%s%s", *n ? " " : "", name);
+  return true;
+}
+
+/* The ops fused into k, in order, for the store's `ops:` field: its
+** primitives and casts, and each reduction where its result is read. */
+static void ops_text(const kir_kernel *k, char *buf, size_t len)
+{
+  static const char *const red[] = { "SUM", "MAX", "MIN" };  /* kir_red */
+  bool named[KIR_MAX_PASSES] = { false };
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < k->ninstrs; i++) {
+    const kir_instr *in = &k->ins[i];
+    const char *name = NULL;
+    if (in->op == KOP_ROWVAR && in->ref >= 0 && in->ref < k->npasses &&
+        !named[in->ref]) {
+      named[in->ref] = true;
+      name = red[k->pass[in->ref].red % 3];
+    } else if (in->op < KOP_CONST || in->op == KOP_CAST) {
+      name = kir_opname[in->op];
+    }
+    if (name && !ops_add(buf, len, &n, name))
+      return;
+  }
+  for (int p = 0; p < k->npasses; p++)    /* reductions nothing reads */
+    if (k->pass[p].kind == KIR_PASS_REDUCE && !named[p] &&
+        !ops_add(buf, len, &n, red[k->pass[p].red % 3]))
+      return;
+}
+
+static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
+                      const char *source, const char *guards, double ms,
+                      uint64_t region)
+{
+  memset(m, 0, sizeof *m);
+  ops_text(k, m->ops, sizeof m->ops);
+  snprintf(m->regions, sizeof m->regions, "%016llx",
+           (unsigned long long)region);
+  snprintf(m->backend, sizeof m->backend, "cpu");
+  snprintf(m->target, sizeof m->target, "%s", jcpu_target());
+  snprintf(m->compiler, sizeof m->compiler, "%s", jcpu_compiler_version());
+  snprintf(m->codegen, sizeof m->codegen, "%s", STORE_CODEGEN_VERSION);
+  snprintf(m->kind, sizeof m->kind, "%s%s",
+           k->kind == KIR_MAP ? "map" : "rows", k->dynamic ? " dyn" : "");
+  int n = 0;
+  n += snprintf(m->shape + n, sizeof m->shape - (size_t)n, "[");
+  for (int d = 0; d < k->ndim && n < (int)sizeof m->shape - 24; d++)
+    n += snprintf(m->shape + n, sizeof m->shape - (size_t)n, "%s%lld",
+                  d ? "," : "", (long long)k->size[d]);
+  n += snprintf(m->shape + n, sizeof m->shape - (size_t)n, "]");
+  if (k->kind == KIR_ROWS && n < (int)sizeof m->shape - 24)
+    snprintf(m->shape + n, sizeof m->shape - (size_t)n, " row %lld",
+             (long long)k->row_len);
+  m->instrs = k->ninstrs;
+  m->compile_ms = ms;
+  m->ir = (char *)ir;
+  m->source = (char *)source;
+  m->guards = (char *)guards;
+}
+
+/* Compiles in flight, on the compile thread or inline on any thread, are
+** counted: exit waits (bounded) for each to rename its artifact into the
+** store or remove it, and once exit has begun none starts. */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t done;
+  int inflight;
+  bool exiting;
+} ex = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
+
+static bool compile_begin(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  bool ok = !ex.exiting;
+  ex.inflight += ok;
+  pthread_mutex_unlock(&ex.lock);
+  return ok;
+}
+
+static void compile_end(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  if (--ex.inflight == 0)
+    pthread_cond_broadcast(&ex.done);
+  pthread_mutex_unlock(&ex.lock);
+}
+
+bool trace_kernels_exiting(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  bool x = ex.exiting;
+  pthread_mutex_unlock(&ex.lock);
+  return x;
+}
+
+void trace_kernels_stop(void)
+{
+  pthread_mutex_lock(&ex.lock);
+  ex.exiting = true;
+  pthread_mutex_unlock(&ex.lock);
+}
+
+void trace_kernels_wait(void)
+{
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  pthread_mutex_lock(&ex.lock);
+  while (ex.inflight > 0 &&
+         pthread_cond_timedwait(&ex.done, &ex.lock, &until) == 0)
+    ;
+  pthread_mutex_unlock(&ex.lock);
+}
+
+const jcpu_kernel *trace_kernel_code(const trace_kernel *k) { return k->jk; }
+
+/* TC_JIT_WORKER=0 runs libgccjit in this process (debugging: gdb, perf),
+** with every compile inline. Otherwise compiles run in the compile worker
+** (jit_cpu.h), so libgccjit's memory, exits and crashes stay out of here. */
+static bool worker_on(void) { return tensor_cfg()->jit_worker; }
+
+/* The JIT and the store spell the key marker alike (a test compares the
+** strings; C cannot at compile time). */
+_Static_assert(sizeof JCPU_KEY_MARKER == sizeof STORE_KEY_MARKER,
+               "key markers differ");
+
+trace_kernel *trace_kernel_get(const kir_kernel *k,
+                               const char *guards, uint64_t region,
+                               char *reason, size_t rlen)
+{
+  char *ir = kir_text(k);
+  if (!ir) {
+    snprintf(reason, rlen, "out of memory");
+    return NULL;
+  }
+  char key[STORE_KEY_LEN + 1];
+  store_key(ir, "cpu", jcpu_target(), jcpu_compiler_version(), key);
+  unsigned b = (unsigned)strtoul((char[]){ key[0], key[1], 0 }, NULL, 16);
+  pthread_mutex_lock(&ktab_lock);
+  jcpu_kernel *jk = NULL;
+  kentry *e = ktab[b];
+  while (e && strcmp(e->key, key) != 0)
+    e = e->next;
+  if (e) {
+    e->last_use = ++ktab_clock;
+    e->refs++;   /* the caller's */
+    goto out;
+  }
+  store_lazy_open();
+  char path[4096];
+  store_meta m;
+  if (store_is_open() && store_get(key, &m, path, sizeof path) == 0) {
+    char why[256];
+    if (jcpu_load(k, key, path, &jk, why, sizeof why) == JCPU_OK) {
+      eager_count(ST_KERNELS_LOADED);
+      if (tensor_log_on(TC_LOG_CACHE))
+        tensor_log(TC_LOG_CACHE, "kernel %.12s loaded from disk", key);
+    } else if (tensor_log_on(TC_LOG_CACHE)) {
+      tensor_log(TC_LOG_CACHE, "kernel %.12s: cannot load (%s), compiling",
+                 key, why);
+    }
+    store_meta_free(&m);
+  }
+  if (!jk && !compile_begin()) {
+    snprintf(reason, rlen, "compile cancelled: the process is exiting");
+    goto out;
+  }
+  if (!jk) {
+    double t0 = now_ms();
+    jcpu_status rc;
+    bool to_disk = store_is_open() &&
+                   store_tmp_path(key, path, sizeof path) == 0;
+    if (worker_on())   /* libgccjit runs in the compile worker */
+      rc = jcpu_worker_compile(k, key, to_disk ? path : NULL, &jk, reason,
+                               rlen);
+    else
+      rc = to_disk ? jcpu_compile_to_file(k, key, path, &jk, reason, rlen)
+                   : jcpu_compile(k, &jk, reason, rlen);
+    if (to_disk && (rc == JCPU_E_COMPILE || rc == JCPU_E_LOAD)) {
+      /* A full or read-only disk fails the compile to file: compile the
+      ** same kernel to a private file or in memory (principle 5), and say
+      ** so once. Not after JCPU_E_WORKER: a worker that died or hung on
+      ** this kernel would only do it again. */
+      char why[256];
+      snprintf(why, sizeof why, "%s", reason);
+      unlink(path);
+      to_disk = false;
+      rc = worker_on()
+             ? jcpu_worker_compile(k, key, NULL, &jk, reason, rlen)
+             : jcpu_compile(k, &jk, reason, rlen);
+      if (rc == JCPU_OK && !store_warned)
+        tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s: %s); "
+                   "kernels stay in memory", store_root(), why);
+      store_warned |= rc == JCPU_OK;
+    }
+    double ms = now_ms() - t0;
+    eager_add_compile_ms(ms);
+    if (rc != JCPU_OK) {
+      if (to_disk)
+        unlink(path);
+      compile_end();
+      jk = NULL;
+      goto out;
+    }
+    eager_count(ST_KERNELS_COMPILED);
+    if (tensor_log_on(TC_LOG_COMPILE))
+      tensor_log(TC_LOG_COMPILE, "kernel %.12s: %.1f ms, %.1f in libgccjit "
+                 "(%s, %s, %d instructions)", key, ms,
+                 jcpu_last_compile_ms(jk), jcpu_target(),
+                 k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
+    if (to_disk) {
+      meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
+      if (store_put(key, path, &m) < 0) {
+        unlink(path);
+        if (!store_warned)   /* principle 5: one line, even unasked */
+          tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s); "
+                     "kernels stay in memory", store_root());
+        store_warned = true;
+      }
+    }
+    compile_end();
+    if (debug_on()) {
+      fprintf(stderr, "tc[debug]: kernel %s IR:\n%s", key, ir);
+      jcpu_dump_source(jk, stderr);
+    }
+  }
+  if (!(e = malloc(sizeof *e))) {
+    jcpu_free(jk);
+    snprintf(reason, rlen, "out of memory");
+    goto out;
+  }
+  ktab_trim_locked();
+  memcpy(e->key, key, sizeof e->key);
+  e->jk = jk;
+  e->refs = 2;   /* the table's and the caller's */
+  e->in_table = true;
+  e->last_use = ++ktab_clock;
+  e->next = ktab[b];
+  ktab[b] = e;
+  ktab_count++;
+out:
+  pthread_mutex_unlock(&ktab_lock);
+  free(ir);
+  return e;
+}
+
+/* The kernel table is not freed at exit: another thread may still be
+** running a kernel while exit() runs (dlclose would unmap its code), and
+** the table stays reachable, so leak checkers do not count it. */
+

@@ -1,0 +1,232 @@
+/*
+** run.c -- running a compiled plan: bind each step's buffers to the
+** region's inputs, write-back targets, temporaries and fresh outputs, and
+** launch its kernels (extern steps run their eager kernel). A shape-dynamic
+** plan runs its kernels with this run's sizes and strides.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile_int.h"
+
+typedef struct {
+  tc_tensor **temp;
+  tc_tensor **out;
+} run_state;
+
+static tc_tensor *ref_tensor(const trace_region *r, const fuse_plan *p,
+                             run_state *rs, fuse_ref ref)
+{
+  switch (ref.kind) {
+  case FREF_INPUT:
+    return r->inputs[ref.index];
+  case FREF_DEST:
+    return r->dest[ref.index];
+  case FREF_TEMP:
+    if (!rs->temp[ref.index]) {
+      const fuse_temp *t = &p->temps[ref.index];
+      rs->temp[ref.index] = tensor_new((tc_dtype)t->dtype, t->ndim,
+                                       t->shape);
+    }
+    return rs->temp[ref.index];
+  case FREF_OUTPUT:
+    if (!rs->out[ref.index]) {
+      const trace_node *n = r->outputs[ref.index];
+      rs->out[ref.index] = tensor_new((tc_dtype)n->dtype, n->ndim, n->shape);
+    }
+    return rs->out[ref.index];
+  }
+  return NULL;
+}
+
+static int run_kernel(const trace_region *r, const fuse_plan *p,
+                      run_state *rs, const fuse_step *st,
+                      const jcpu_kernel *jk)
+{
+  const kir_kernel *k = st->k;
+  char *bufs[KIR_MAX_BUFS];
+  double scal[KIR_MAX_SCALARS];
+  for (int i = 0; i < k->nbufs; i++) {
+    tc_tensor *t = ref_tensor(r, p, rs, st->buf[i]);
+    if (!t)
+      return -1;
+    bufs[i] = (char *)tensor_ptr(t) +
+              st->buf_off[i] * (int64_t)tensor_dtype_size[k->buf[i].dtype];
+  }
+  for (int i = 0; i < st->nscal; i++)
+    scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN
+              ? (double)k->row_len
+              : r->nodes[st->scal[i].node]->s[st->scal[i].which];
+  int64_t dimsbuf[64], *dims = NULL;
+  if (k->dynamic) {
+    int n = kir_dyn_len(k);
+    dims = n <= 64 ? dimsbuf : malloc(sizeof(int64_t) * (size_t)n);
+    if (!dims)
+      return -1;
+    kir_dyn_fill(k, dims);
+  }
+  int rc = jcpu_launch(jk, k, bufs, scal, dims);
+  eager_count(ST_KERNELS_LAUNCHED);
+  if (dims && dims != dimsbuf)
+    free(dims);
+  return rc;
+}
+
+static int run_extern(const trace_region *r, const fuse_plan *p,
+                      run_state *rs, const fuse_step *st)
+{
+  const trace_node *n = r->nodes[st->node];
+  eager_call c;
+  trace_call_of(n, &c);
+  int rc = 0;
+  for (int e = 0; e < n->nin && rc == 0; e++) {
+    if (st->in[e].kind == FREF_NONE)
+      continue;
+    tc_tensor *t = ref_tensor(r, p, rs, st->in[e]);
+    if (!t) {
+      rc = -1;
+      break;
+    }
+    const tensor_geom *g = &st->in_geom[e];
+    c.in[e] = st->in_viewed[e]
+              ? tensor_new_view(t, g->ndim, g->shape, g->stride,
+                                t->offset + g->offset)
+              : tensor_ref(t);
+    if (!c.in[e])
+      rc = -1;
+  }
+  tc_tensor *out = rc == 0 ? eager_lookup(TC_KEY_CPU, c.op)(&c) : NULL;
+  for (int e = 0; e < 3; e++)
+    tensor_unref(c.in[e]);
+  if (!out)
+    return -1;
+  /* The extern kernel made its own tensor: adopt it as the value. */
+  if (st->out.kind == FREF_TEMP) {
+    tensor_unref(rs->temp[st->out.index]);
+    rs->temp[st->out.index] = out;
+  } else if (st->out.kind == FREF_OUTPUT) {
+    tensor_unref(rs->out[st->out.index]);
+    rs->out[st->out.index] = out;
+  } else {
+    tc_tensor *dst = ref_tensor(r, p, rs, st->out);
+    eager_copy_into(dst, out);
+    tensor_unref(out);
+  }
+  return 0;
+}
+
+/* Run plan p (its layouts: sizes, strides, temps, bindings) with the
+** kernels compiled for `code` (p itself, or for a shape-dynamic plan the
+** plan first compiled). */
+static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
+                         trace_region *r)
+{
+  run_state rs;
+  rs.temp = calloc((size_t)p->ntemps + 1, sizeof *rs.temp);
+  rs.out = calloc((size_t)r->noutputs + 1, sizeof *rs.out);
+  int rc = rs.temp && rs.out ? 0 : -1;
+  for (int s = 0; s < p->nsteps && rc == 0; s++) {
+    const fuse_step *st = &p->steps[s];
+    if (st->kind == FSTEP_KERNEL) {
+      rc = run_kernel(r, p, &rs, st,
+                      trace_kernel_code(code->steps[s].compiled));
+    } else if (st->kind == FSTEP_EXTERN) {
+      rc = run_extern(r, p, &rs, st);
+    } else {
+      tc_tensor *src = ref_tensor(r, p, &rs, st->from);
+      tc_tensor *dst = ref_tensor(r, p, &rs, st->out);
+      const tensor_geom *g = &st->in_geom[0];
+      tc_tensor *v = !src || !st->in_viewed[0] ? tensor_ref(src)
+                     : tensor_new_view(src, g->ndim, g->shape, g->stride,
+                                       src->offset + g->offset);
+      if (v && dst)
+        eager_copy_into(dst, v);
+      else
+        rc = -1;
+      tensor_unref(v);
+    }
+  }
+  for (int o = 0; o < r->noutputs && rc == 0; o++) {
+    fuse_ref ref = p->out_ref[o];
+    if (ref.kind == FREF_DEST)
+      continue;   /* written in place */
+    tc_tensor *v = ref_tensor(r, p, &rs, ref);
+    if (!v)
+      rc = -1;
+    else
+      r->result[o] = tensor_ref(v);
+  }
+  for (int i = 0; i < p->ntemps && rs.temp; i++)
+    tensor_unref(rs.temp[i]);
+  for (int i = 0; i < r->noutputs && rs.out; i++)
+    tensor_unref(rs.out[i]);
+  free(rs.temp);
+  free(rs.out);
+  return rc;
+}
+
+/* Does plan `now` (built for this run's shapes) run the same code as
+** `code`, whose kernels are compiled? Sizes and strides may differ (they
+** are arguments of shape-dynamic kernels); nothing else may, or the
+** compiled kernels would compute something else (a size baked in). */
+static bool same_code(const fuse_plan *now, const fuse_plan *code)
+{
+  if (now->nsteps != code->nsteps)
+    return false;
+  for (int s = 0; s < now->nsteps; s++) {
+    const fuse_step *a = &now->steps[s], *b = &code->steps[s];
+    if (a->kind != b->kind ||
+        (a->kind == FSTEP_KERNEL && !kir_same_code(a->k, b->k)))
+      return false;
+  }
+  return true;
+}
+
+/* The layout of shape-dynamic plan tp for region r's shapes: a plan built
+** for them, kept (the last TRACE_LAYOUTS), or NULL when its kernels are not
+** the compiled ones (then the region runs eagerly). */
+static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
+{
+  uint64_t key = guard_key_of(r->ninputs, (const tc_tensor *const *)r->inputs,
+                              false);
+  int slot = 0;
+  for (int i = 0; i < TRACE_LAYOUTS; i++) {
+    if (tp->layouts[i].layout && tp->layouts[i].key == key) {
+      tp->layouts[i].used = ++tp->clock;
+      return tp->layouts[i].layout;
+    }
+    if (tp->layouts[i].used < tp->layouts[slot].used)
+      slot = i;
+  }
+  trace_graph gb;
+  char reason[128];
+  fuse_plan *now = NULL;
+  if (trace_graph_of(r, &gb) == 0)
+    now = fuse_build(&gb.g, true, reason, sizeof reason);
+  trace_graph_free(&gb);
+  if (now && !same_code(now, tp->plan)) {
+    if (tensor_log_on(TC_LOG_RECOMPILES))
+      tensor_log(TC_LOG_RECOMPILES, "region %016llx: its shape-dynamic "
+                 "kernels do not fit these shapes; running eagerly",
+                 (unsigned long long)r->hash);
+    fuse_plan_free(now);
+    now = NULL;
+  }
+  if (now) {
+    fuse_plan_free(tp->layouts[slot].layout);
+    tp->layouts[slot].layout = now;
+    tp->layouts[slot].key = key;
+    tp->layouts[slot].used = ++tp->clock;
+  }
+  return now;
+}
+
+int trace_run_plan(void *plan, trace_region *r)
+{
+  trace_plan *tp = plan;
+  if (!tp->plan->dynamic)
+    return run_plan_with(tp->plan, tp->plan, r);
+  /* Shape-dynamic: the same kernels, with this run's sizes and strides. */
+  const fuse_plan *now = layout_of(tp, r);
+  return now ? run_plan_with(now, tp->plan, r) : -1;
+}
