@@ -368,6 +368,12 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
       edge_of(c->in[skip + i], e);
   }
   n->hash = node_hash(n);
+  /* An in-place twin that does not read its target (COPY_ is CAST(src),
+  ** FILL_ is FILL()) has the target's shape, which nothing it reads
+  ** implies: a region that reads it must not be reused for another shape
+  ** (no guard would see the difference), so the shape is structure. */
+  for (int d = 0; skip > 0 && d < n->ndim; d++)
+    n->hash = trace_hash_word(n->hash, (uint64_t)n->shape[d]);
   return n;
 }
 
