@@ -134,10 +134,12 @@ typedef struct {
 ** the programs of every seed). Set from TC_RANDOM_AVOID, a comma list of
 ** their names: zerod (no reduction, softmax or layer norm of a 0-d value),
 ** mean (sums for means, no layer norm), twoviews (the write-then-read
-** pattern reads x through one view only). */
+** pattern reads x through one view only), lazydst (no in-place op into a
+** computed value: only into states, their views and inputs). */
 #define RP_AVOID_ZEROD 1u
 #define RP_AVOID_MEAN 2u
 #define RP_AVOID_TWOVIEWS 4u
+#define RP_AVOID_LAZYDST 8u
 extern unsigned rp_avoid;
 
 /* The program for seed: deterministic, independent of the process. */

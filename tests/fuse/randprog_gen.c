@@ -1022,6 +1022,9 @@ static void act_inplace(gen *g)
     dst = pick(g, PF_FLOAT | PF_NOSTATE);
     if (dst < 0 || (g->expanded[dst] && chance(&g->r, 80)))
       return;
+    if ((rp_avoid & RP_AVOID_LAZYDST) && g->alias[dst] < 0 &&
+        g->p->step[g->p->val[dst].step].op != RP_INPUT)
+      return;
   }
   const rp_shape *ds = &g->p->val[dst].shape;
   int r = (int)rn(&g->r, 10);
@@ -1286,7 +1289,7 @@ static void act_error(gen *g)
   }
   case 4: {   /* float into an integer destination, or into a broadcast view */
     int dst = pick(g, 0);
-    if (dst >= 0)
+    if (dst >= 0 && !(rp_avoid & RP_AVOID_LAZYDST))
       inplace_op(g, RP_I_ADD, dst, operand_for(g, &g->p->val[dst].shape,
                                               true));
     break;
