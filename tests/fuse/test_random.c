@@ -235,7 +235,8 @@ static bool fails_fresh(const rp_prog *p, const uint8_t *on, const int *insts,
 static void spec_format(const rp_prog *p, const uint8_t *on, const int *insts,
                         int n, bool sizes, char *buf, size_t len)
 {
-  int k = snprintf(buf, len, "%" PRIu64 "/", p->seed);
+  int k = rp_avoid ? snprintf(buf, len, "%" PRIu64 "a%u/", p->seed, rp_avoid)
+                   : snprintf(buf, len, "%" PRIu64 "/", p->seed);
   for (int i = 0; i < n; i++)
     k += snprintf(buf + k, len - (size_t)k, "%s%d", i ? "," : "", insts[i]);
   k += snprintf(buf + k, len - (size_t)k, "/");
@@ -257,6 +258,8 @@ static int spec_parse(const char *spec, rp_prog *p, uint8_t *on, int *insts)
 {
   char *end;
   uint64_t seed = strtoull(spec, &end, 10);
+  if (*end == 'a')   /* the TC_RANDOM_AVOID features it was made with */
+    rp_avoid = (unsigned)strtoul(end + 1, &end, 10);
   rp_generate(p, seed);
   int n = 0;
   if (*end != '/')
