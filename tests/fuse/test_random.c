@@ -154,6 +154,25 @@ void __sanitizer_set_death_callback(void (*cb)(void));
 #endif
 #endif
 
+/* cmocka catches fatal signals while a test runs and longjmps out of tc
+** (which may hold locks: the process then hangs at exit). The handlers in
+** force before cmocka started (ours, or the sanitizer's) are saved here and
+** put back inside the test. */
+static const int fatal[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
+static struct sigaction saved[5];
+
+static void handlers_save(void)
+{
+  for (int i = 0; i < 5; i++)
+    sigaction(fatal[i], NULL, &saved[i]);
+}
+
+static void handlers_restore(void)
+{
+  for (int i = 0; i < 5; i++)
+    sigaction(fatal[i], &saved[i], NULL);
+}
+
 static void crash_handlers(void)
 {
   signal(SIGABRT, on_signal);
@@ -570,6 +589,7 @@ static config cfg;
 static void test_random_programs(void **state)
 {
   (void)state;
+  handlers_restore();
   totals t = { 0 };
   run_all(&cfg, &t);
   /* Most programs must really have run compiled code. */
@@ -699,6 +719,7 @@ int main(int argc, char **argv)
     .hot = (int)env_long("TC_HOT", 1),
     .recompile_limit = (int)env_long("TC_RECOMPILE_LIMIT", 8) });
   crash_handlers();
+  handlers_save();
   cfg.count = env_long("TC_RANDOM_PROGRAMS", 1000);
   cfg.first = (uint64_t)env_long("TC_RANDOM_SEED", 0);
   cfg.shrink = (int)env_long("TC_RANDOM_SHRINK", 1);
