@@ -265,14 +265,15 @@ static void spec_format(const rp_prog *p, const uint8_t *on, const int *insts,
       x |= on[i + b] ? 1 << b : 0;
     k += snprintf(buf + k, len - (size_t)k, "%x", x);
   }
-  if (sizes && n == 1) {
-    const int64_t *z = p->size[insts[0]];
-    snprintf(buf + k, len - (size_t)k, "/%" PRId64 ",%" PRId64 ",%" PRId64
-             ",%" PRId64, z[0], z[1], z[2], z[3]);
+  for (int i = 0; sizes && i < n && k < (int)len; i++) {
+    const int64_t *z = p->size[insts[i]];
+    k += snprintf(buf + k, len - (size_t)k, "%c%" PRId64 ",%" PRId64 ",%"
+                  PRId64 ",%" PRId64, i ? ';' : '/', z[0], z[1], z[2], z[3]);
   }
 }
 
-/* Parse a spec into p (generated from its seed), on and insts. */
+/* Parse a spec (seed[a<avoid>]/inst,inst,.../step mask in hex[/R,C,K,B;
+** R,C,K,B;... one per instance]) into p, on and insts. */
 static int spec_parse(const char *spec, rp_prog *p, uint8_t *on, int *insts)
 {
   char *end;
@@ -295,10 +296,13 @@ static int spec_parse(const char *spec, rp_prog *p, uint8_t *on, int *insts)
     for (int b = 0; b < 4 && i + b < p->nsteps; b++)
       on[i + b] = (uint8_t)((x >> b) & 1);
   }
-  if (*m == '/' && n == 1) {
-    int64_t *z = p->size[insts[0]];
+  for (int i = 0; i < n && (*m == '/' || *m == ';'); i++) {
+    int64_t *z = p->size[insts[i]];
     sscanf(m + 1, "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64, &z[0],
            &z[1], &z[2], &z[3]);
+    m = strpbrk(m + 1, ";");
+    if (!m)
+      break;
   }
   rp_normalize(p, on);
   return n;
@@ -427,6 +431,23 @@ static void shrink(rp_prog *p, uint8_t *on, int *insts, int *n,
       break;
     if (chunk > 1)
       chunk /= 2;
+  }
+  /* sizes of several instances: smaller where the failure stays (while
+  ** time is left; each candidate compiles for the new sizes) */
+  for (int i = 0; *n > 1 && i < *n && x->budget > 0; i++) {
+    int64_t *z = p->size[insts[i]];
+    for (int k = 0; k < RP_NIN; k++) {
+      int64_t tries[] = { 2, z[k] / 2 };
+      for (int t = 0; t < 2; t++) {
+        int64_t old = z[k];
+        if (tries[t] >= old || tries[t] < 1)
+          continue;
+        z[k] = tries[t];
+        if (still(x, p, on, insts, *n))
+          break;
+        z[k] = old;
+      }
+    }
   }
   /* sizes, when one instance is left */
   if (*n == 1) {
