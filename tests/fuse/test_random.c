@@ -1,255 +1,815 @@
 /*
-** test_random.c -- the differential test: random programs (op DAGs over
-** random shapes, broadcasts, views and in-place ops) run eagerly and
-** compiled (every region compiled on first sight) must give bitwise equal
-** results. TC_RANDOM_PROGRAMS sets how many (default 1000).
+** test_random.c -- the differential test: random programs (randprog.h),
+** each run eagerly and compiled (every region compiled on first sight,
+** TC_HOT=1, TC_ASYNC=0, TC_CACHE=0), must show the same things: every
+** op's success or error message, every shape and dtype, and every value
+** read, bit for bit (any NaN equals any NaN). A program is run with several
+** size assignments in a row, and all programs share one process, so the
+** region table and kernel caches carry state from one to the next.
+**
+** Under meson (no arguments) it reads the environment:
+**   TC_RANDOM_PROGRAMS  programs to run (default 1000); a program run with
+**                       one size assignment counts as one
+**   TC_RANDOM_SEED      first program seed (default 0)
+**   TC_RANDOM_SHRINK    failures to shrink (default 1)
+**   TC_RANDOM_SHRINK_SECONDS  time for each (default 120)
+**   TC_RANDOM_VERBOSE   1: one line per program
+**   TC_RANDOM_AVOID     features to leave out, to look past a known defect
+**                       (changes every seed's program): zerod, mean,
+**                       twoviews, lazydst (see randprog.h)
+** Command line (tools/random-programs.sh drives it):
+**   test_random -n COUNT [-s SEED]    COUNT programs from seed SEED
+**   test_random --seeds A B           every program of seeds [A, B)
+**   test_random --split COUNT SEED JOBS  print JOBS seed ranges that
+**                                     together hold COUNT programs
+**   test_random --print SEED          print the program for SEED
+**   test_random --replay SPEC         run one (shrunk) program in a fresh
+**                                     process: exit 0 same, 3 differs
+**                                     (with -c first: print it as C)
+**   options: -k N (shrink the first N failures), -c (print failures as
+**   standalone C files), -v (one line per program)
+** TC_RECOMPILE_LIMIT, TC_NODE_LIMIT and TC_HOT are read as usual (the
+** meson sub-runs set them); TC_ASYNC and TC_CACHE default to 0 here.
 */
-#include <math.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "../../src/trace/trace.h"
+#include "randprog.h"
 
-#define POOL 24
-
-static uint64_t rng;
-
-static uint32_t rnd(uint32_t n)
-{
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (uint32_t)(rng % n);
-}
+extern char **environ;
 
 typedef struct {
-  tc_tensor *v[POOL];
-  int n;
-  tc_tensor *mut[4];   /* materialized tensors written in place */
-  int nmut;
-} pool;
+  uint64_t first, end;      /* seeds [first, end) when end > first */
+  long count;               /* else: programs to run from first */
+  int shrink;               /* failures to shrink */
+  bool emit_c;
+  bool verbose;
+} config;
 
-static void push(pool *p, tc_tensor *t)
+typedef struct {
+  long programs, compiled, failed, failed_seeds;
+  long structures;
+  uint64_t kernels, compile_failures, guard_failures;
+  long fallback_programs;   /* programs with a compile failure */
+  long steps, error_steps;  /* steps run; steps that failed (eagerly) */
+} totals;
+
+/* -- Crash reports ------------------------------------------------------- */
+
+/* The program being run, rendered before it runs: a crash may come from a
+** corrupted heap, so the handler only calls write(). */
+static char crash_text[1 << 18];
+static size_t crash_step_at[RP_MAXS + 1], crash_inst_at[RP_MAXINST + 1];
+static size_t crash_body_at, crash_len;
+
+static void crash_prepare(const rp_prog *p, const uint8_t *on)
 {
-  if (!t)
-    fail_msg("op failed: %s", tc_last_error());
-  if (p->n < POOL)
-    p->v[p->n++] = t;
-}
-
-static tc_tensor *pick(pool *p) { return p->v[rnd((uint32_t)p->n)]; }
-
-/* A 2-D operand that broadcasts against `like` (same shape, a row, a
-** column or a scalar-like 1x1). */
-static tc_tensor *pick_compatible(pool *p, tc_tensor *like)
-{
-  for (int tries = 0; tries < 8; tries++) {
-    tc_tensor *t = pick(p);
-    if (tc_ndim(t) != tc_ndim(like))
-      continue;
-    bool ok = true;
-    for (int d = 0; d < tc_ndim(t); d++)
-      ok &= tc_size(t, d) == tc_size(like, d) || tc_size(t, d) == 1 ||
-            tc_size(like, d) == 1;
-    if (ok)
-      return t;
+  FILE *f = fmemopen(crash_text, sizeof crash_text - 1, "w");
+  if (!f)
+    return;
+  for (int i = 0; i < p->nsteps; i++) {
+    crash_step_at[i] = (size_t)ftell(f);
+    if (on[i])
+      rp_print_step(p, i, f);
   }
-  return like;
-}
-
-static tc_tensor *unary(tc_tensor *a)
-{
-  switch (rnd(12)) {
-  case 0: return tc_neg(a);
-  case 1: return tc_abs(a);
-  case 2: return tc_exp(tc_clamp(a, -20, 20));
-  case 3: return tc_tanh(a);
-  case 4: return tc_sigmoid(a);
-  case 5: return tc_relu(a);
-  case 6: return tc_gelu(a);
-  case 7: return tc_silu(a);
-  case 8: return tc_sin(a);
-  case 9: return tc_sqrt(tc_abs(a));
-  case 10: return tc_log(tc_add_scalar(tc_abs(a), 1));
-  default: return tc_mul_scalar(a, 0.5 + rnd(8));
+  crash_step_at[p->nsteps] = (size_t)ftell(f);
+  for (int j = 0; j <= p->ninst; j++) {
+    crash_inst_at[j] = (size_t)ftell(f);
+    if (j < p->ninst)
+      rp_print_sizes(p, &j, 1, f);
   }
+  crash_body_at = (size_t)ftell(f);
+  fprintf(f, "program:\n");
+  rp_print_body(p, on, -1, f);
+  fflush(f);
+  crash_len = (size_t)ftell(f);
+  fclose(f);
 }
 
-static tc_tensor *binary(tc_tensor *a, tc_tensor *b)
+static void put(const char *s, size_t n)
 {
-  switch (rnd(7)) {
-  case 0: return tc_add(a, b);
-  case 1: return tc_sub(a, b);
-  case 2: return tc_mul(a, b);
-  case 3: return tc_div(a, tc_add_scalar(tc_abs(b), 1));
-  case 4: return tc_maximum(a, b);
-  case 5: return tc_minimum(a, b);
-  default: return tc_where(tc_gt(a, b), a, b);
+  while (n > 0) {
+    ssize_t k = write(2, s, n);
+    if (k <= 0)
+      return;
+    s += k;
+    n -= (size_t)k;
   }
 }
 
-static tc_tensor *reduce(tc_tensor *a)
+static void crash_report(void)
 {
-  int d = (int)rnd(2);
-  switch (rnd(8)) {
-  case 0: return tc_sum(a, d, true);
-  case 1: return tc_max(a, d, true);
-  case 2: return tc_mean(a, -1, true);
-  case 3: return tc_softmax(a, d);
-  case 4: return tc_log_softmax(a, -1);
-  case 5: return tc_layer_norm(a, NULL, NULL, 1e-5);
-  case 6: return tc_min(a, d, true);
-  default: return tc_reshape(tc_sum_all(a), TC_SHAPE(1, 1));
+  if (!rp_now.active)
+    return;
+  rp_now.active = false;
+  char line[256];
+  int n = snprintf(line, sizeof line,
+                   "\nCRASH seed %" PRIu64 " instance %d step %d (%s)\n",
+                   rp_now.seed, rp_now.inst, rp_now.step,
+                   rp_now.compiled ? "compiled" : "eager");
+  put(line, (size_t)n);
+  if (!crash_len)
+    return;
+  if (rp_now.step >= 0) {
+    put("at: ", 4);
+    put(crash_text + crash_step_at[rp_now.step],
+        crash_step_at[rp_now.step + 1] - crash_step_at[rp_now.step]);
   }
+  int j = rp_now.inst < 0 ? 0 : rp_now.inst;
+  put("\nsizes:\n", 8);
+  put(crash_text + crash_inst_at[0], crash_inst_at[j + 1] - crash_inst_at[0]);
+  put(crash_text + crash_body_at, crash_len - crash_body_at);
 }
 
-static tc_tensor *view(tc_tensor *a)
+static void on_signal(int sig)
 {
-  int64_t r = tc_size(a, 0), c = tc_size(a, 1);
-  switch (rnd(4)) {
-  case 0: return tc_transpose(a, 0, 1);
-  case 1: return r > 2 ? tc_slice(a, 0, 1, r, 2) : tc_slice(a, 1, 0, c, 1);
-  case 2: return tc_reshape(a, TC_SHAPE(c, r));
-  default: return tc_contiguous(tc_transpose(a, 0, 1));
+  crash_report();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+void __sanitizer_set_death_callback(void (*cb)(void));
+#define HAVE_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+void __sanitizer_set_death_callback(void (*cb)(void));
+#define HAVE_SANITIZER 1
+#endif
+#endif
+
+/* cmocka catches fatal signals while a test runs and longjmps out of tc
+** (which may hold locks: the process then hangs at exit). The handlers in
+** force before cmocka started (ours, or the sanitizer's) are saved here and
+** put back inside the test. */
+static const int fatal[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
+static struct sigaction saved[5];
+
+static void handlers_save(void)
+{
+  for (int i = 0; i < 5; i++)
+    sigaction(fatal[i], NULL, &saved[i]);
+}
+
+static void handlers_restore(void)
+{
+  for (int i = 0; i < 5; i++)
+    sigaction(fatal[i], &saved[i], NULL);
+}
+
+static void crash_handlers(void)
+{
+  signal(SIGABRT, on_signal);
+  signal(SIGFPE, on_signal);
+  signal(SIGILL, on_signal);
+#ifdef HAVE_SANITIZER
+  __sanitizer_set_death_callback(crash_report);
+#else
+  signal(SIGSEGV, on_signal);
+  signal(SIGBUS, on_signal);
+#endif
+}
+
+/* -- One program, both modes --------------------------------------------- */
+
+static rp_obs obs_e[RP_MAXS], obs_c[RP_MAXS];
+static int verbose_level;
+
+/* Run instance inst eagerly, then compiled; 0 when they agree, else the
+** differing step (why/kind set). */
+static int run_both(const rp_prog *p, const uint8_t *on, int inst,
+                    totals *t, char *why, size_t len, char *kind)
+{
+  rp_now.inst = inst;
+  rp_now.compiled = false;
+  tc_compile_set(false);
+  rp_run(p, on, inst, obs_e);
+  rp_now.compiled = true;
+  tc_compile_set(true);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  rp_run(p, on, inst, obs_c);
+  tc_stats_get(&s1);
+  tc_compile_set(false);
+  rp_now.compiled = false;
+  if (t) {
+    t->programs++;
+    t->compiled += s1.regions_compiled > s0.regions_compiled;
+    t->kernels += s1.kernels_compiled - s0.kernels_compiled;
+    t->compile_failures += s1.compile_failures - s0.compile_failures;
+    t->guard_failures += s1.guard_failures - s0.guard_failures;
+    t->fallback_programs += s1.compile_failures > s0.compile_failures;
   }
-}
-
-static tc_tensor *make_input(tc_dtype dt, int64_t r, int64_t c)
-{
-  tc_tensor *x = tc_randn(TC_F64, TC_SHAPE(r, c), rng);
-  rng += 7;
-  tc_tensor *y = tc_cast(x, dt);
-  tc_release(x);
-  return y;
-}
-
-/* One program: inputs, then a chain of random ops; returns a value to
-** compare (the in-place targets are compared too). */
-static tc_tensor *program(uint64_t seed, pool *p, tc_dtype dt)
-{
-  rng = seed * 2654435761u + 1;
-  static const int64_t sizes[] = { 1, 3, 7, 16, 33 };
-  int64_t r = sizes[rnd(5)], c = sizes[rnd(5)];
-  size_t mark = tc_scope_begin();
-  bool was = tc_compile_enabled();
-  tc_compile_set(false);   /* inputs are materialized in both modes */
-  push(p, make_input(dt, r, c));
-  push(p, make_input(dt, 1, c));
-  push(p, make_input(dt, r, 1));
-  p->mut[0] = tc_keep(make_input(dt, r, c));
-  p->nmut = 1;
-  tc_compile_set(was);
-  int nops = 3 + (int)rnd(8);
-  for (int i = 0; i < nops; i++) {
-    tc_tensor *a = pick(p);
-    switch (rnd(6)) {
-    case 0: push(p, unary(a)); break;
-    case 1: push(p, binary(a, pick_compatible(p, a))); break;
-    case 2: push(p, reduce(a)); break;
-    case 3: push(p, view(a)); break;
-    case 4:   /* in place into the materialized target */
-      if (tc_ndim(a) == 2 && tc_size(a, 0) * tc_size(a, 1) > 0) {
-        tc_tensor *m = p->mut[0];
-        tc_tensor *src = pick_compatible(p, m);
-        if (tc_size(src, 0) <= tc_size(m, 0) &&
-            tc_size(src, 1) <= tc_size(m, 1) &&
-            (tc_size(src, 0) == tc_size(m, 0) || tc_size(src, 0) == 1) &&
-            (tc_size(src, 1) == tc_size(m, 1) || tc_size(src, 1) == 1))
-          assert_int_equal(rnd(2) ? tc_add_(m, src) : tc_mul_(m, src), 0);
-        else
-          assert_int_equal(tc_mul_scalar_(m, 0.75), 0);
-        push(p, tc_add_scalar(m, 1));
-      }
-      break;
-    default: push(p, tc_matmul(a, tc_transpose(a, 0, 1))); break;
+  if (t)
+    for (int i = 0; i < p->nsteps; i++) {
+      t->steps += obs_e[i].ran;
+      t->error_steps += obs_e[i].failed;
     }
-  }
-  tc_tensor *out = tc_keep(p->v[p->n - 1]);
-  tc_scope_end(mark);
-  p->n = 0;
-  return out;
+  if (verbose_level > 1)
+    printf("  instance %d: %" PRIu64 " regions, %" PRIu64 " compiled, %"
+           PRIu64 " kernels compiled, %" PRIu64 " guard failures\n", inst,
+           s1.regions - s0.regions, s1.regions_compiled - s0.regions_compiled,
+           s1.kernels_compiled - s0.kernels_compiled,
+           s1.guard_failures - s0.guard_failures);
+  int d = rp_compare(p, on, obs_e, obs_c, why, len, kind);
+  rp_obs_free(obs_e, p->nsteps);
+  rp_obs_free(obs_c, p->nsteps);
+  return d;
 }
 
-/* Bitwise, except that any NaN equals any NaN (their payloads depend on
-** operand order, which compilers choose). */
-static bool same_bits(const void *a, const void *b, size_t nb, tc_dtype dt)
+/* Run the instances listed, in order, from an empty region table (kernels
+** compiled before stay in the kernel table: they are keyed by their IR).
+** The first difference of kind `want` (any kind when 0) counts. */
+static bool fails_fresh(const rp_prog *p, const uint8_t *on, const int *insts,
+                        int n, char want, char *why, size_t len)
 {
-  if (memcmp(a, b, nb) == 0)
-    return true;
-  if (dt == TC_F32) {
-    const float *x = a, *y = b;
-    for (size_t i = 0; i < nb / 4; i++)
-      if (memcmp(&x[i], &y[i], 4) != 0 && !(isnan(x[i]) && isnan(y[i])))
-        return false;
-    return true;
+  cache_clear();
+  for (int i = 0; i < n; i++) {
+    char kind = 0;
+    if (run_both(p, on, insts[i], NULL, why, len, &kind) >= 0 &&
+        (!want || kind == want))
+      return true;
   }
-  const double *x = a, *y = b;
-  for (size_t i = 0; i < nb / 8; i++)
-    if (memcmp(&x[i], &y[i], 8) != 0 && !(isnan(x[i]) && isnan(y[i])))
-      return false;
+  return false;
+}
+
+/* -- Replay (a fresh process per candidate, for crashes) ----------------- */
+
+static void spec_format(const rp_prog *p, const uint8_t *on, const int *insts,
+                        int n, bool sizes, char *buf, size_t len)
+{
+  int k = rp_avoid ? snprintf(buf, len, "%" PRIu64 "a%u/", p->seed, rp_avoid)
+                   : snprintf(buf, len, "%" PRIu64 "/", p->seed);
+  for (int i = 0; i < n; i++)
+    k += snprintf(buf + k, len - (size_t)k, "%s%d", i ? "," : "", insts[i]);
+  k += snprintf(buf + k, len - (size_t)k, "/");
+  for (int i = 0; i < p->nsteps; i += 4) {
+    int x = 0;
+    for (int b = 0; b < 4 && i + b < p->nsteps; b++)
+      x |= on[i + b] ? 1 << b : 0;
+    k += snprintf(buf + k, len - (size_t)k, "%x", x);
+  }
+  for (int i = 0; sizes && i < n && k < (int)len; i++) {
+    const int64_t *z = p->size[insts[i]];
+    k += snprintf(buf + k, len - (size_t)k, "%c%" PRId64 ",%" PRId64 ",%"
+                  PRId64 ",%" PRId64, i ? ';' : '/', z[0], z[1], z[2], z[3]);
+  }
+}
+
+/* Parse a spec (seed[a<avoid>]/inst,inst,.../step mask in hex[/R,C,K,B;
+** R,C,K,B;... one per instance]) into p, on and insts. */
+static int spec_parse(const char *spec, rp_prog *p, uint8_t *on, int *insts)
+{
+  char *end;
+  uint64_t seed = strtoull(spec, &end, 10);
+  if (*end == 'a')   /* the TC_RANDOM_AVOID features it was made with */
+    rp_avoid = (unsigned)strtoul(end + 1, &end, 10);
+  rp_generate(p, seed);
+  int n = 0;
+  if (*end != '/')
+    return -1;
+  do {
+    insts[n++] = (int)strtol(end + 1, &end, 10);
+  } while (*end == ',' && n < RP_MAXINST);
+  if (*end != '/')
+    return -1;
+  const char *m = end + 1;
+  for (int i = 0; i < p->nsteps; i += 4) {
+    char h[2] = { *m ? *m++ : '0', 0 };
+    int x = (int)strtol(h, NULL, 16);
+    for (int b = 0; b < 4 && i + b < p->nsteps; b++)
+      on[i + b] = (uint8_t)((x >> b) & 1);
+  }
+  for (int i = 0; i < n && (*m == '/' || *m == ';'); i++) {
+    int64_t *z = p->size[insts[i]];
+    sscanf(m + 1, "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64, &z[0],
+           &z[1], &z[2], &z[3]);
+    m = strpbrk(m + 1, ";");
+    if (!m)
+      break;
+  }
+  rp_normalize(p, on);
+  return n;
+}
+
+static const char *self_exe;
+
+/* Does the candidate crash (die by a signal or a sanitizer) in a fresh
+** process? */
+static bool crashes(const rp_prog *p, const uint8_t *on, const int *insts,
+                    int n)
+{
+  static char spec[4096];
+  spec_format(p, on, insts, n, true, spec, sizeof spec);
+  char *argv[] = { (char *)self_exe, "--replay", spec, "--quiet", NULL };
+  pid_t pid;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  int rc = posix_spawn(&pid, self_exe, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0)
+    return false;
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  return WIFSIGNALED(st) ||
+         (WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 3);
+}
+
+/* -- Shrinking ----------------------------------------------------------- */
+
+typedef struct {
+  bool crash;
+  char kind;
+  int budget;        /* candidate runs left */
+  double deadline;   /* and a time limit (CLOCK_MONOTONIC seconds) */
+  char why[512];
+} shrink_ctx;
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double shrink_seconds = 120;
+
+static bool still(shrink_ctx *x, const rp_prog *p, const uint8_t *on,
+                  const int *insts, int n)
+{
+  if (x->budget <= 0 || now_s() > x->deadline) {
+    x->budget = 0;
+    return false;
+  }
+  x->budget--;
+  if (x->crash)
+    return crashes(p, on, insts, n);
+  char why[512];
+  if (!fails_fresh(p, on, insts, n, x->kind, why, sizeof why))
+    return false;
+  memcpy(x->why, why, sizeof why);
   return true;
 }
 
-static void *read_all(tc_tensor *t, size_t *nb)
+/* Drop instances, then steps (halves, quarters, ... single steps, until
+** nothing more goes), then make the sizes small. */
+static void shrink(rp_prog *p, uint8_t *on, int *insts, int *n,
+                   shrink_ctx *x)
 {
-  *nb = (size_t)tc_numel(t) * tc_dtype_size(tc_dtype_of(t));
-  void *buf = malloc(*nb + 1);
-  assert_int_equal(tc_copy_to(t, buf, *nb), 0);
-  return buf;
+  uint8_t cand[RP_MAXS];
+  int ci[RP_MAXINST];
+  /* instances: the failing one alone, else drop from the front */
+  if (*n > 1) {
+    ci[0] = insts[*n - 1];
+    if (still(x, p, on, ci, 1)) {
+      insts[0] = ci[0];
+      *n = 1;
+    }
+  }
+  for (int i = 0; *n > 1 && i < *n - 1;) {
+    int k = 0;
+    for (int j = 0; j < *n; j++)
+      if (j != i)
+        ci[k++] = insts[j];
+    if (still(x, p, on, ci, k)) {
+      memcpy(insts, ci, sizeof(int) * (size_t)k);
+      *n = k;
+    } else {
+      i++;
+    }
+  }
+  /* steps */
+  int idx[RP_MAXS], m = 0;
+  for (int i = 0; i < p->nsteps; i++)
+    if (on[i])
+      idx[m++] = i;
+  for (int chunk = m / 2 > 0 ? m / 2 : 1; chunk >= 1 && x->budget > 0;) {
+    bool progress = false;
+    for (int start = 0; start < m && x->budget > 0;) {
+      memcpy(cand, on, (size_t)p->nsteps);
+      int dropped = 0;
+      for (int j = start; j < start + chunk && j < m; j++)
+        if (cand[idx[j]]) {
+          cand[idx[j]] = 0;
+          dropped++;
+        }
+      if (dropped == 0 || rp_normalize(p, cand) == 0) {
+        start += chunk;
+        continue;
+      }
+      if (still(x, p, cand, insts, *n)) {
+        memcpy(on, cand, (size_t)p->nsteps);
+        progress = true;
+      } else {
+        start += chunk;
+      }
+    }
+    m = 0;
+    for (int i = 0; i < p->nsteps; i++)
+      if (on[i])
+        idx[m++] = i;
+    if (chunk == 1 && !progress)
+      break;
+    if (chunk > 1)
+      chunk /= 2;
+  }
+  /* sizes of several instances: smaller where the failure stays (while
+  ** time is left; each candidate compiles for the new sizes) */
+  for (int i = 0; *n > 1 && i < *n && x->budget > 0; i++) {
+    int64_t *z = p->size[insts[i]];
+    for (int k = 0; k < RP_NIN; k++) {
+      int64_t tries[] = { 2, z[k] / 2 };
+      for (int t = 0; t < 2; t++) {
+        int64_t old = z[k];
+        if (tries[t] >= old || tries[t] < 1)
+          continue;
+        z[k] = tries[t];
+        if (still(x, p, on, insts, *n))
+          break;
+        z[k] = old;
+      }
+    }
+  }
+  /* sizes, when one instance is left */
+  if (*n == 1) {
+    int64_t *z = p->size[insts[0]];
+    for (int k = 0; k < RP_NIN; k++) {
+      int64_t tries[] = { 1, 2, 3, z[k] / 2 };
+      for (int t = 0; t < 4; t++) {
+        int64_t old = z[k];
+        if (tries[t] >= old || tries[t] < 1)
+          continue;
+        z[k] = tries[t];
+        if (still(x, p, on, insts, 1))
+          break;
+        z[k] = old;
+      }
+    }
+  }
 }
+
+/* -- Failures ------------------------------------------------------------ */
+
+static void report(const config *cf, rp_prog *p, uint8_t *on, int inst,
+                   int step, char kind, const char *why, bool do_shrink)
+{
+  int insts[RP_MAXINST], n = 0;
+  for (int j = 0; j <= inst; j++)
+    insts[n++] = j;
+  printf("\nFAIL seed %" PRIu64 " instance %d: %s\n", p->seed, inst, why);
+  printf("  at: ");
+  rp_print_step(p, step, stdout);
+  printf("\n");
+  if (!do_shrink) {
+    printf("  sizes (in order):\n");
+    rp_print_sizes(p, insts, n, stdout);
+    printf("  program:\n");
+    rp_print_body(p, on, step, stdout);
+    fflush(stdout);
+    return;
+  }
+  shrink_ctx x = { .crash = false, .kind = kind, .budget = 600,
+                   .deadline = now_s() + shrink_seconds };
+  char fresh[512];
+  if (!fails_fresh(p, on, insts, n, kind, fresh, sizeof fresh)) {
+    printf("  (does not fail from an empty region table: it needs the "
+           "programs run before it in this process; rerun from an earlier "
+           "seed)\n  sizes (in order):\n");
+    rp_print_sizes(p, insts, n, stdout);
+    printf("  program:\n");
+    rp_print_body(p, on, step, stdout);
+    fflush(stdout);
+    return;
+  }
+  memcpy(x.why, fresh, sizeof fresh);
+  shrink(p, on, insts, &n, &x);
+  char spec[4096];
+  spec_format(p, on, insts, n, true, spec, sizeof spec);
+  int left = 0;
+  for (int i = 0; i < p->nsteps; i++)
+    left += on[i];
+  printf("  shrunk to %d steps, %d instance(s)%s: %s\n", left, n,
+         x.budget ? "" : " (stopped at its time or run limit)", x.why);
+  printf("  replay: test_random --replay %s\n  sizes (in order):\n", spec);
+  rp_print_sizes(p, insts, n, stdout);
+  printf("  program:\n");
+  int mark = -1;
+  sscanf(x.why, "step %d", &mark);
+  rp_print_body(p, on, mark, stdout);
+  if (cf->emit_c) {
+    char note[700];
+    snprintf(note, sizeof note, "Differs: %s", x.why);
+    rp_print_c(p, on, insts, n, note, stdout);
+  }
+  fflush(stdout);
+}
+
+/* -- The loop over seeds ------------------------------------------------- */
+
+static rp_prog prog;
+static uint8_t prog_on[RP_MAXS];
+
+static bool in_range(const config *cf, uint64_t seed, const totals *t)
+{
+  if (cf->end > cf->first)
+    return seed < cf->end;
+  return t->programs < cf->count;
+}
+
+static void run_all(const config *cf, totals *t)
+{
+  int shrinks = 0, printed = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  uint64_t seed;
+  for (seed = cf->first; in_range(cf, seed, t); seed++) {
+    rp_generate(&prog, seed);
+    memset(prog_on, 1, sizeof prog_on);
+    rp_normalize(&prog, prog_on);
+    crash_prepare(&prog, prog_on);
+    rp_now.seed = seed;
+    rp_now.active = true;
+    t->structures++;
+    long before = t->programs;
+    uint64_t kbefore = t->kernels;
+    long cbefore = t->compiled, fbefore = t->failed;
+    /* Every instance runs; the first failure is reported (and shrunk)
+    ** after the last, so shrinking does not disturb the tables. */
+    int fj = -1, fd = -1;
+    char fwhy[512], fkind = 0;
+    for (int j = 0; j < prog.ninst; j++) {
+      char why[512], kind = 0;
+      int d = run_both(&prog, prog_on, j, t, why, sizeof why, &kind);
+      if (d < 0)
+        continue;
+      t->failed++;
+      if (fj < 0) {
+        fj = j;
+        fd = d;
+        fkind = kind;
+        memcpy(fwhy, why, sizeof why);
+      }
+    }
+    rp_now.active = false;
+    if (fj >= 0) {
+      t->failed_seeds++;
+      if (printed++ < 5 || shrinks < cf->shrink)
+        report(cf, &prog, prog_on, fj, fd, fkind, fwhy,
+               shrinks++ < cf->shrink);
+      else
+        printf("FAIL seed %" PRIu64 " instance %d: %s\n", seed, fj, fwhy);
+    }
+    rp_now.active = false;
+    if (cf->verbose) {
+      printf("seed %" PRIu64 ": %ld programs, %ld compiled, %ld failed, %"
+             PRIu64 " kernels, %d steps\n", seed, t->programs - before,
+             t->compiled - cbefore, t->failed - fbefore, t->kernels - kbefore,
+             prog.nsteps);
+      fflush(stdout);
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec -
+                                                               t0.tv_nsec);
+  printf("random programs: seeds %" PRIu64 "..%" PRIu64 ": %ld programs run "
+         "(%ld seeds), %ld with compiled regions, %ld failed (%ld seeds); "
+         "%" PRIu64
+         " kernels compiled, %" PRIu64 " compile failures in %ld programs, "
+         "%" PRIu64 " guard failures; %ld steps, %ld op errors; "
+         "%.1f s\n",
+         cf->first, seed, t->programs, t->structures, t->compiled, t->failed,
+         t->failed_seeds,
+         t->kernels, t->compile_failures, t->fallback_programs,
+         t->guard_failures, t->steps, t->error_steps, s);
+  fflush(stdout);
+}
+
+/* -- Entry points -------------------------------------------------------- */
+
+static config cfg;
 
 static void test_random_programs(void **state)
 {
   (void)state;
-  const char *env = getenv("TC_RANDOM_PROGRAMS");
-  int n = env ? atoi(env) : 1000;
-  int compiled = 0;
-  for (int i = 0; i < n; i++) {
-    tc_dtype dt = i % 4 == 3 ? TC_F64 : TC_F32;
-    pool pe = { .n = 0 }, pc = { .n = 0 };
-    tc_compile_set(false);
-    tc_tensor *e = program((uint64_t)i, &pe, dt);
-    tc_compile_set(true);
-    tc_stats s0, s1;
-    tc_stats_get(&s0);
-    tc_tensor *c = program((uint64_t)i, &pc, dt);
-    size_t nbe, nbc, nme, nmc;
-    void *be = read_all(e, &nbe), *bc = read_all(c, &nbc);
-    assert_int_equal(tc_sync(), 0);
-    void *me = read_all(pe.mut[0], &nme), *mc = read_all(pc.mut[0], &nmc);
-    tc_stats_get(&s1);
-    compiled += s1.regions_compiled > s0.regions_compiled;
-    if (nbe != nbc || !same_bits(be, bc, nbe, dt) ||
-        !same_bits(me, mc, nme, dt))
-      fail_msg("program %d (%s): compiled result differs from eager", i,
-               tc_dtype_name(dt));
-    free(be);
-    free(bc);
-    free(me);
-    free(mc);
-    tc_compile_set(false);
-    tc_release(e);
-    tc_release(c);
-    tc_release(pe.mut[0]);
-    tc_release(pc.mut[0]);
-  }
+  handlers_restore();
+  totals t = { 0 };
+  run_all(&cfg, &t);
   /* Most programs must really have run compiled code. */
-  assert_true(compiled >= n * 3 / 4);
-  printf("random programs: %d run, %d with compiled regions\n", n, compiled);
+  if (t.compiled < t.programs * 3 / 4)
+    fail_msg("only %ld of %ld programs ran compiled regions", t.compiled,
+             t.programs);
+  if (t.failed)
+    fail_msg("%ld of %ld random programs differ between eager and compiled",
+             t.failed, t.programs);
 }
 
-int main(void)
+static long env_long(const char *name, long dflt)
 {
+  const char *v = getenv(name);
+  return v && *v ? strtol(v, NULL, 10) : dflt;
+}
+
+static void usage(void)
+{
+  fprintf(stderr, "usage: test_random [-n COUNT] [-s SEED] [--seeds A B] "
+          "[-k N] [-c] [-v]\n       test_random --split COUNT SEED JOBS\n"
+          "       test_random --print SEED | --replay SPEC\n");
+  exit(2);
+}
+
+/* Seed ranges [a, b) for jobs: together COUNT programs from SEED (whole
+** seeds), split into runs of about equal program counts. */
+static void split(long count, uint64_t seed, int jobs)
+{
+  long total = 0;
+  uint64_t end = seed;
+  while (total < count)
+    total += rp_instances(end++);
+  long per = (total + jobs - 1) / jobs, acc = 0;
+  uint64_t a = seed;
+  for (uint64_t s = seed; s < end; s++) {
+    acc += rp_instances(s);
+    if (acc >= per || s + 1 == end) {
+      printf("%" PRIu64 " %" PRIu64 " %ld\n", a, s + 1, acc);
+      a = s + 1;
+      acc = 0;
+    }
+  }
+}
+
+static int replay(const char *spec, bool quiet)
+{
+  static uint8_t on[RP_MAXS];
+  int insts[RP_MAXINST];
+  int n = spec_parse(spec, &prog, on, insts);
+  if (n < 0) {
+    fprintf(stderr, "bad spec %s\n", spec);
+    return 2;
+  }
+  crash_prepare(&prog, on);
+  rp_now.seed = prog.seed;
+  rp_now.active = true;
+  if (cfg.emit_c) {   /* just the program, as a standalone C file */
+    rp_print_c(&prog, on, insts, n, spec, stdout);
+    return 0;
+  }
+  if (!quiet) {
+    printf("seed %" PRIu64 ", sizes (in order):\n", prog.seed);
+    rp_print_sizes(&prog, insts, n, stdout);
+    rp_print_body(&prog, on, -1, stdout);
+  }
+  int differ = 0;
+  for (int i = 0; i < n; i++) {
+    char why[512], kind;
+    if (run_both(&prog, on, insts[i], NULL, why, sizeof why, &kind) >= 0) {
+      differ++;
+      if (!quiet)
+        printf("instance %d differs: %s\n", insts[i], why);
+    }
+  }
+  rp_now.active = false;
+  if (!quiet && !differ)
+    printf("same results\n");
+  return differ ? 3 : 0;
+}
+
+/* A seed whose program crashed the process: find the first instance that
+** crashes in a fresh process, shrink it there, print it. */
+static int shrink_crash(uint64_t seed)
+{
+  static uint8_t on[RP_MAXS];
+  rp_generate(&prog, seed);
+  memset(on, 1, sizeof on);
+  rp_normalize(&prog, on);
+  int insts[RP_MAXINST], n = 0;
+  bool found = false;
+  for (int j = 0; j < prog.ninst && !found; j++) {
+    insts[n++] = j;
+    found = crashes(&prog, on, insts, n);
+  }
+  if (!found) {
+    printf("seed %" PRIu64 ": no crash in a fresh process (it needs the "
+           "programs run before it)\n", seed);
+    return 1;
+  }
+  shrink_ctx x = { .crash = true, .budget = 400,
+                   .deadline = now_s() + 5 * shrink_seconds };
+  shrink(&prog, on, insts, &n, &x);
+  char spec[4096];
+  spec_format(&prog, on, insts, n, true, spec, sizeof spec);
+  int left = 0;
+  for (int i = 0; i < prog.nsteps; i++)
+    left += on[i];
+  printf("CRASH seed %" PRIu64 " shrunk to %d steps, %d instance(s)\n"
+         "  replay: test_random --replay %s\n  sizes (in order):\n", seed,
+         left, n, spec);
+  rp_print_sizes(&prog, insts, n, stdout);
+  printf("  program:\n");
+  rp_print_body(&prog, on, -1, stdout);
+  if (cfg.emit_c)
+    rp_print_c(&prog, on, insts, n, "Crashes when compiled.", stdout);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  self_exe = "/proc/self/exe";
+  setenv("TC_ASYNC", "0", 0);
+  setenv("TC_CACHE", "0", 0);
   trace_init();
-  cache_configure(&(cache_config){ .hot = 1, .recompile_limit = 8 });
-  const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_random_programs),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  cache_configure(&(cache_config){
+    .hot = (int)env_long("TC_HOT", 1),
+    .recompile_limit = (int)env_long("TC_RECOMPILE_LIMIT", 8) });
+  crash_handlers();
+  handlers_save();
+  cfg.count = env_long("TC_RANDOM_PROGRAMS", 1000);
+  cfg.first = (uint64_t)env_long("TC_RANDOM_SEED", 0);
+  cfg.shrink = (int)env_long("TC_RANDOM_SHRINK", 1);
+  shrink_seconds = (double)env_long("TC_RANDOM_SHRINK_SECONDS", 120);
+  cfg.verbose = env_long("TC_RANDOM_VERBOSE", 0) != 0;
+  const char *avoid = getenv("TC_RANDOM_AVOID");
+  if (avoid && strstr(avoid, "zerod"))
+    rp_avoid |= RP_AVOID_ZEROD;
+  if (avoid && strstr(avoid, "mean"))
+    rp_avoid |= RP_AVOID_MEAN;
+  if (avoid && strstr(avoid, "twoviews"))
+    rp_avoid |= RP_AVOID_TWOVIEWS;
+  if (avoid && strstr(avoid, "lazydst"))
+    rp_avoid |= RP_AVOID_LAZYDST;
+  if (argc == 1) {
+    const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_random_programs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+  }
+  bool quiet = false;
+  const char *spec = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool more = i + 1 < argc;
+    if (!strcmp(a, "-n") && more)
+      cfg.count = strtol(argv[++i], NULL, 10);
+    else if (!strcmp(a, "-s") && more)
+      cfg.first = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(a, "--seeds") && i + 2 < argc) {
+      cfg.first = strtoull(argv[++i], NULL, 10);
+      cfg.end = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(a, "-k") && more)
+      cfg.shrink = (int)strtol(argv[++i], NULL, 10);
+    else if (!strcmp(a, "-c"))
+      cfg.emit_c = true;
+    else if (!strcmp(a, "-v"))
+      cfg.verbose = true, verbose_level++;
+    else if (!strcmp(a, "--quiet"))
+      quiet = true;
+    else if (!strcmp(a, "--split") && i + 3 < argc) {
+      long count = strtol(argv[i + 1], NULL, 10);
+      uint64_t seed = strtoull(argv[i + 2], NULL, 10);
+      split(count, seed, (int)strtol(argv[i + 3], NULL, 10));
+      return 0;
+    } else if (!strcmp(a, "--print") && more) {
+      rp_generate(&prog, strtoull(argv[++i], NULL, 10));
+      memset(prog_on, 1, sizeof prog_on);
+      rp_normalize(&prog, prog_on);
+      int insts[RP_MAXINST];
+      for (int j = 0; j < prog.ninst; j++)
+        insts[j] = j;
+      if (cfg.emit_c) {
+        rp_print_c(&prog, prog_on, insts, prog.ninst, "", stdout);
+      } else {
+        rp_print_sizes(&prog, insts, prog.ninst, stdout);
+        rp_print_body(&prog, prog_on, -1, stdout);
+      }
+      return 0;
+    } else if (!strcmp(a, "--replay") && more)
+      spec = argv[++i];
+    else if (!strcmp(a, "--crash") && more)
+      return shrink_crash(strtoull(argv[++i], NULL, 10));
+    else
+      usage();
+  }
+  if (spec)
+    return replay(spec, quiet);
+  totals t = { 0 };
+  run_all(&cfg, &t);
+  return t.failed ? 1 : 0;
 }
