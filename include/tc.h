@@ -106,7 +106,10 @@ TC_API void tc_release(tc_tensor *t);        /* NULL-safe */
 /* A scope owns every tensor created on this thread after its mark.
 ** tc_scope_end(mark) releases them all except those passed to tc_keep(),
 ** which move to the enclosing scope (or to the caller when none is open).
-** Releasing a scoped tensor yourself before the scope ends is allowed. */
+** Releasing a scoped tensor yourself before the scope ends is allowed, on
+** any thread. Ending an outer scope ends the scopes opened inside it; a
+** mark of no open scope is an error (nothing is released). A thread that
+** exits with scopes open ends them. */
 TC_API size_t tc_scope_begin(void);
 TC_API void tc_scope_end(size_t mark);
 TC_API tc_tensor *tc_keep(tc_tensor *t);     /* returns t */
