@@ -9,9 +9,7 @@
 
 #include "cache.h"
 
-#define NBUCKET 1024
-
-static cache_struct *bucket[NBUCKET];
+static cache_struct *bucket[TUNE_REGION_BUCKETS];
 static cache_config cfg = { .hot = 2, .recompile_limit = 8 };
 static uint64_t use_clock;     /* ticks once per match or new variant */
 static int nentries;
@@ -28,7 +26,7 @@ static int max_entries(void)
 
 cache_struct *cache_struct_get(uint64_t hash)
 {
-  cache_struct **b = &bucket[hash % NBUCKET];
+  cache_struct **b = &bucket[hash % TUNE_REGION_BUCKETS];
   for (cache_struct *s = *b; s; s = s->next)
     if (s->hash == hash)
       return s;
@@ -74,7 +72,7 @@ static void entry_free(cache_entry *e)
 static void evict_one(const cache_struct *keep)
 {
   cache_entry *victim = NULL;
-  for (int b = 0; b < NBUCKET; b++)
+  for (int b = 0; b < TUNE_REGION_BUCKETS; b++)
     for (cache_struct *s = bucket[b]; s; s = s->next)
       for (cache_entry *e = s->variants; e; e = e->next)
         if (e->state != CACHE_COMPILING &&
@@ -99,7 +97,8 @@ static void evict_one(const cache_struct *keep)
   evicted++;
   if (s->variants || s == keep)
     return;
-  for (cache_struct **p = &bucket[s->hash % NBUCKET]; *p; p = &(*p)->next)
+  cache_struct **p = &bucket[s->hash % TUNE_REGION_BUCKETS];
+  for (; *p; p = &(*p)->next)
     if (*p == s) {
       *p = s->next;
       break;
@@ -147,7 +146,7 @@ bool cache_hit(cache_entry *e)
 
 void cache_clear(void)
 {
-  for (int b = 0; b < NBUCKET; b++) {
+  for (int b = 0; b < TUNE_REGION_BUCKETS; b++) {
     cache_struct *s = bucket[b];
     while (s) {
       cache_struct *next = s->next;
@@ -168,7 +167,7 @@ void cache_clear(void)
 void cache_counts(int *structs, int *variants)
 {
   int ns = 0, nv = 0;
-  for (int b = 0; b < NBUCKET; b++)
+  for (int b = 0; b < TUNE_REGION_BUCKETS; b++)
     for (cache_struct *s = bucket[b]; s; s = s->next) {
       ns++;
       for (cache_entry *e = s->variants; e; e = e->next)

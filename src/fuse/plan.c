@@ -1435,7 +1435,8 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   } else {
     /* Each retry stores or copies one more operand, or splits a kernel
     ** that hit a limit in two: at most a few per node. */
-    for (int attempt = 0; attempt < 8 + 2 * g->nnodes && !p; attempt++) {
+    for (int attempt = 0; attempt < TUNE_FUSE_ATTEMPTS(g->nnodes) && !p;
+         attempt++) {
       int retry = 0;
       p = build_once(g, dynamic, force, copy, copy_temp, fresh, &retry,
                      reason, rlen);

@@ -129,11 +129,10 @@ static void storage_dealloc(tensor_storage *s) { free(s); }
 
 #else
 
-#define HANDLE_CACHE 64
 
 /* A bounded LIFO of freed records of one size. */
 typedef struct {
-  void *v[HANDLE_CACHE];
+  void *v[TUNE_HANDLE_CACHE];
   int n;
 } free_list;
 
@@ -178,7 +177,7 @@ static void list_push(free_list *l, void *p)
     pthread_setspecific(fl_key, &fl);
     fl_registered = true;
   }
-  if (l->n < HANDLE_CACHE)
+  if (l->n < TUNE_HANDLE_CACHE)
     l->v[l->n++] = p;
   else
     free(p);

@@ -98,7 +98,7 @@ void trace_plan_free(void *p)
   trace_plan *tp = p;
   if (tp) {
     fuse_plan_free(tp->plan);
-    for (int i = 0; i < TRACE_LAYOUTS; i++)
+    for (int i = 0; i < TUNE_DYNAMIC_LAYOUTS; i++)
       fuse_plan_free(tp->layouts[i].layout);
   }
   free(tp);

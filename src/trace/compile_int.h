@@ -12,9 +12,8 @@
 #include "../jit_cpu/jit_cpu.h"
 
 /* A shape-dynamic plan runs its kernels with the sizes and strides of a
-** plan built for each run's shapes; the last few are kept, by the exact
-** shapes and strides of the region's inputs. */
-#define TRACE_LAYOUTS 4
+** plan built for each run's shapes; the last TUNE_DYNAMIC_LAYOUTS are
+** kept, by the exact shapes and strides of the region's inputs. */
 
 /* A region's compiled plan, as its region table entry keeps it. */
 typedef struct {
@@ -24,7 +23,7 @@ typedef struct {
     uint64_t key;    /* guard_key_of the inputs, exactly (0: empty) */
     uint64_t used;
     fuse_plan *layout;   /* owned */
-  } layouts[TRACE_LAYOUTS];
+  } layouts[TUNE_DYNAMIC_LAYOUTS];
   uint64_t clock;
 } trace_plan;
 

@@ -30,7 +30,9 @@ struct trace_kernel {
 typedef struct trace_kernel kentry;
 
 static pthread_mutex_t ktab_lock = PTHREAD_MUTEX_INITIALIZER;
-static kentry *ktab[256];
+static kentry *ktab[TUNE_KERNEL_BUCKETS];
+_Static_assert(TUNE_KERNEL_BUCKETS == 256,
+               "a kernel's bucket is its key's first two hex digits");
 static int ktab_count;          /* entries in the table */
 static uint64_t ktab_clock;
 static bool store_tried, store_warned;
@@ -59,7 +61,7 @@ static void ktab_trim_locked(void)
 {
   while (ktab_count >= tensor_cfg()->kernels_max) {
     kentry **victim = NULL;
-    for (int b = 0; b < 256; b++)
+    for (int b = 0; b < TUNE_KERNEL_BUCKETS; b++)
       for (kentry **p = &ktab[b]; *p; p = &(*p)->next)
         if (!victim || (*p)->last_use < (*victim)->last_use)
           victim = p;

@@ -51,7 +51,7 @@ static bool shows_node(const tc_tensor *t, const trace_node *n)
 #ifdef __SANITIZE_ADDRESS__
 #define NODE_CACHE 0   /* AddressSanitizer sees every use after free */
 #else
-#define NODE_CACHE 256
+#define NODE_CACHE TUNE_NODE_CACHE
 #endif
 
 __attribute__((destructor)) static void node_cache_at_exit(void)

@@ -241,8 +241,8 @@ static int64_t node_numel(const trace_node *n)
 ** earlier realization (parameters made lazily, say) are stored this time
 ** rather than recomputed by every region that reads them. Of the values
 ** made since the last realization (this iteration's temporaries) only
-** small ones (at most `small` elements: per-row statistics a backward pass
-** saves, say) are stored, since storing them costs little beside what the
+** small ones (at most `small` elements, TUNE_SMALL_OUTPUT_DIV: per-row
+** statistics a backward pass saves, say) are stored, since storing them costs little beside what the
 ** region computes and a later read would run them again; the rest stay
 ** lazy. */
 static int add_survivors(reqs *q, trace_node *n, int64_t small,
@@ -589,11 +589,10 @@ static int realize(reqs *q)
     clear_binds(q);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   }
-  /* "Small": a sixteenth of the largest value asked for. */
-  int64_t small = 0;
+  int64_t small = 0;   /* see add_survivors */
   for (int i = 0; i < q->n; i++)
-    if (node_numel(q->at[i].node) / 16 > small)
-      small = node_numel(q->at[i].node) / 16;
+    if (node_numel(q->at[i].node) / TUNE_SMALL_OUTPUT_DIV > small)
+      small = node_numel(q->at[i].node) / TUNE_SMALL_OUTPUT_DIV;
   uint64_t epoch = ++trace_g.epoch;
   for (int i = 0, n = q->n; i < n; i++)
     if (add_survivors(q, q->at[i].node, small, epoch) < 0) {

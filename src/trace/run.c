@@ -183,14 +183,14 @@ static bool same_code(const fuse_plan *now, const fuse_plan *code)
 }
 
 /* The layout of shape-dynamic plan tp for region r's shapes: a plan built
-** for them, kept (the last TRACE_LAYOUTS), or NULL when its kernels are not
+** for them, kept (the last TUNE_DYNAMIC_LAYOUTS), or NULL when its kernels are not
 ** the compiled ones (then the region runs eagerly). */
 static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
 {
   uint64_t key = guard_key_of(r->ninputs, (const tc_tensor *const *)r->inputs,
                               false);
   int slot = 0;
-  for (int i = 0; i < TRACE_LAYOUTS; i++) {
+  for (int i = 0; i < TUNE_DYNAMIC_LAYOUTS; i++) {
     if (tp->layouts[i].layout && tp->layouts[i].key == key) {
       tp->layouts[i].used = ++tp->clock;
       return tp->layouts[i].layout;

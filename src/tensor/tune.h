@@ -1,0 +1,39 @@
+/*
+** tune.h -- the numbers tc's own decisions use (table sizes, caches, retry
+** counts, thresholds), in one place, each with why it is what it is.
+** Settings a user may change are in the configuration (config.c, TC_*);
+** a backend's code-shape constants (block sizes, lanes) stay with the code
+** they shape.
+*/
+#ifndef TC_TUNE_H
+#define TC_TUNE_H
+
+/* Region table (cache/table.c): buckets of structure hashes. Regions of a
+** program number in the tens to thousands; TC_REGIONS_MAX bounds them. */
+#define TUNE_REGION_BUCKETS 1024
+
+/* Kernel table (trace/kernels.c): buckets, by the key's first two hex
+** digits (keys are uniform hashes). TC_KERNELS_MAX bounds the entries. */
+#define TUNE_KERNEL_BUCKETS 256
+
+/* Layouts a shape-dynamic plan keeps (trace/run.c): programs that vary a
+** shape usually cycle through a few (batch sizes, sequence buckets). */
+#define TUNE_DYNAMIC_LAYOUTS 4
+
+/* A realization also stores the values the program holds that are at most
+** 1/TUNE_SMALL_OUTPUT_DIV of the largest value asked for (trace/region.c):
+** per-row statistics are one per row, so a sixteenth covers rows of 16 and
+** up while keeping full-size temporaries out. */
+#define TUNE_SMALL_OUTPUT_DIV 16
+
+/* Fusion attempts for a region of n nodes (fuse/plan.c): each retry stores
+** or copies one operand, or splits a kernel that hit a limit (halving the
+** expression that was too large), so a few per node always suffice. */
+#define TUNE_FUSE_ATTEMPTS(n) (8 + 2 * (n))
+
+/* Free lists of records (tensor/tensor.c, trace/record.c): enough for the
+** handles and nodes of one iteration of a small loop to be reused. */
+#define TUNE_HANDLE_CACHE 64
+#define TUNE_NODE_CACHE 256
+
+#endif
