@@ -4,6 +4,8 @@
 ** no, off / 1, true, yes, on, in any case) and numbers checked against
 ** their range; a value that is not understood gets one warning line on
 ** stderr and the default. An empty value is the same as an unset one.
+** (TMPDIR, the system's, is read where temporary files are made: the
+** compile worker points its own at a private folder.)
 */
 #include <errno.h>
 #include <limits.h>
