@@ -32,6 +32,10 @@ typedef struct cache_entry {
   void (*plan_free)(void *plan);
   double compile_ms;
   uint64_t runs_compiled, runs_eager;
+  bool *eager_nodes;              /* owned, or NULL: region nodes that run
+                                     their eager kernel in the plan (their
+                                     kernel failed to compile) */
+  int fallback_rounds;            /* compiles redone for that so far */
   struct cache_entry *next;       /* next variant of the same structure */
 } cache_entry;
 

@@ -64,6 +64,7 @@ static void entry_free(cache_entry *e)
   if (e->plan && e->plan_free)
     e->plan_free(e->plan);
   guard_free(e->guards);
+  free(e->eager_nodes);
   free(e);
 }
 

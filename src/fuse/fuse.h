@@ -55,6 +55,7 @@ typedef struct {
   bool keepdim;
   int orig;             /* the region's node it stands for (the composite,
                            for the nodes of a composite's decomposition) */
+  bool eager;           /* an extern step of its own (fuse_graph.eager) */
   fuse_scalar sc[2];    /* its scalar arguments */
 } fuse_node;
 
@@ -63,6 +64,9 @@ typedef struct {
 typedef struct {
   int nnodes;
   const fuse_node *nodes;          /* topological: operands first */
+  const bool *eager;               /* per node, or NULL: run it with its
+                                      eager kernel (an extern step), not
+                                      fused (its kernel failed to compile) */
   int ninputs;
   const tc_tensor *const *inputs;  /* materialized tensors */
   int noutputs;
@@ -93,6 +97,8 @@ typedef struct {
   bool in_viewed[3];               /* EXTERN: operand read through a view */
   tensor_geom in_geom[3];
   fuse_ref out;                    /* EXTERN / COPY: where it writes */
+  int norig;                       /* KERNEL: the region nodes it computes */
+  int *orig;                       /* (owned) */
   fuse_ref from;                   /* COPY: source */
   void *compiled;                  /* KERNEL: the backend's (not owned
                                       here: see fuse_plan.compiled_free) */
@@ -106,6 +112,7 @@ typedef struct {
 
 typedef struct fuse_plan {
   bool dynamic;
+  int nregion;                     /* the region graph's nodes */
   int nsteps;
   fuse_step *steps;                /* owned */
   int ntemps;

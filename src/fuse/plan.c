@@ -89,7 +89,7 @@ typedef struct {
 static node_kind kind_of(const fuse_node *n)
 {
   const op_info *o = &op_table[n->op];
-  if (n->op == TC_OP_MATMUL || n->op == TC_OP_ARGMAX)
+  if (n->op == TC_OP_MATMUL || n->op == TC_OP_ARGMAX || n->eager)
     return NK_EXTERN;
   if (o->kind == OPK_RD || o->kind == OPK_CP)
     return NK_ROWS;
@@ -1096,6 +1096,34 @@ static int build_extern(fb *b, int s, int n)
 
 /* -- Public to the project ------------------------------------------------ */
 
+/* Each kernel step's region nodes (its stored values and the producers
+** inlined into them): what runs eagerly if that kernel fails to compile. */
+static int record_origins(fb *b)
+{
+  const fuse_graph *g = b->g;
+  fuse_plan *p = b->p;
+  for (int s = 0; s < p->nsteps; s++) {
+    fuse_step *st = &p->steps[s];
+    if (st->kind != FSTEP_KERNEL)
+      continue;
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+      n += b->eval_step[i] == s;
+    if (!(st->orig = malloc(sizeof *st->orig * ((size_t)n + 1))))
+      return fail(b, "out of memory");
+    for (int i = 0; i < g->nnodes; i++) {
+      if (b->eval_step[i] != s)
+        continue;
+      int o = g->nodes[i].orig, k = 0;
+      while (k < st->norig && st->orig[k] != o)
+        k++;
+      if (k == st->norig)
+        st->orig[st->norig++] = o;
+    }
+  }
+  return 0;
+}
+
 /* Nodes in n's inlined tree (n included). */
 static int inlined_size(const fb *b, int n)
 {
@@ -1184,6 +1212,10 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   }
   b.p = p;
   p->dynamic = dynamic;
+  p->nregion = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].orig >= p->nregion)
+      p->nregion = g->nodes[i].orig + 1;
   p->noutputs = g->noutputs;
   p->out_ref = calloc((size_t)g->noutputs + 1, sizeof *p->out_ref);
   if (!p->out_ref) {
@@ -1212,6 +1244,8 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
            : st->node >= 0 ? build_sum_all(&b, s, st->node)
                            : build_map(&b, s);
   }
+  if (rc == 0)
+    rc = record_origins(&b);
 done:
   if (rc < 0 && b.over && b.member >= 0 && split_at(&b, b.member, b.first))
     b.retry = 1;
@@ -1399,7 +1433,9 @@ static int expand(const fuse_graph *g, fuse_graph *out)
     for (int e = 0; e < c.nin; e++)
       if (c.in[e].src >= 0)
         c.in[e].src = map[c.in[e].src];
-    map[i] = is_composite(&c) ? decompose(&x, &c) : xappend(&x, &c);
+    c.eager = g->eager && g->eager[i];
+    map[i] = is_composite(&c) && !c.eager ? decompose(&x, &c)
+                                          : xappend(&x, &c);
   }
   for (int o = 0; o < g->noutputs && !x.nomem; o++)
     out_node[o] = map[g->out_node[o]];
@@ -1412,6 +1448,7 @@ static int expand(const fuse_graph *g, fuse_graph *out)
   *out = *g;
   out->nnodes = x.n;
   out->nodes = x.nodes;
+  out->eager = NULL;   /* now in each node */
   out->out_node = out_node;
   return 0;
 }
@@ -1459,6 +1496,7 @@ void fuse_plan_free(fuse_plan *p)
     return;
   for (int s = 0; s < p->nsteps; s++) {
     free(p->steps[s].k);
+    free(p->steps[s].orig);
     if (p->steps[s].compiled && p->compiled_free)
       p->compiled_free(p->steps[s].compiled);
   }

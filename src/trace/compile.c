@@ -55,6 +55,7 @@ int trace_graph_of(const trace_region *r, trace_graph *gb)
     f->dim = n->dim;
     f->keepdim = n->keepdim;
     f->orig = i;
+    f->eager = false;
     f->sc[0] = (fuse_scalar){ 0, 0 };
     f->sc[1] = (fuse_scalar){ 1, 0 };
     for (int e = 0; e < n->nin; e++) {
@@ -85,7 +86,7 @@ int trace_graph_of(const trace_region *r, trace_graph *gb)
       if (r->inputs[j] == r->dest[o])
         gb->out_dest[o] = j;
   }
-  gb->g = (fuse_graph){ r->nnodes, gb->nodes, r->ninputs,
+  gb->g = (fuse_graph){ r->nnodes, gb->nodes, NULL, r->ninputs,
                         (const tc_tensor *const *)r->inputs, r->noutputs,
                         gb->out_node, gb->out_dest };
   return 0;
@@ -119,19 +120,31 @@ static char *guards_text(const trace_region *r, bool dynamic)
   return buf;
 }
 
-/* Compile every kernel of plan fp; 0 or -1 with reason. */
+/* Compile every kernel of plan fp: 0; or 1 when some failed, with *eager
+** (allocated) marking the region nodes they compute and reason the first
+** failure's; or -1 with reason (out of memory). */
 static int plan_compile(fuse_plan *fp, const char *guards, uint64_t region,
-                        char *reason, size_t rlen)
+                        bool **eager, char *reason, size_t rlen)
 {
   fp->compiled_free = trace_kernel_put;   /* each step holds its kernel */
+  *eager = NULL;
+  char why[256];
   for (int s = 0; s < fp->nsteps; s++) {
     fuse_step *st = &fp->steps[s];
-    if (st->kind == FSTEP_KERNEL &&
-        !(st->compiled = trace_kernel_get(st->k, guards, region, reason,
-                                             rlen)))
-      return -1;
+    if (st->kind != FSTEP_KERNEL ||
+        (st->compiled = trace_kernel_get(st->k, guards, region, why,
+                                         sizeof why)))
+      continue;
+    eager_count(ST_COMPILE_FAILURES);
+    if (!*eager) {
+      snprintf(reason, rlen, "%s", why);
+      if (!(*eager = calloc((size_t)fp->nregion + 1, sizeof **eager)))
+        return -1;
+    }
+    for (int i = 0; i < st->norig; i++)
+      (*eager)[st->orig[i]] = true;
   }
-  return 0;
+  return *eager ? 1 : 0;
 }
 
 /* Background compiles (TC_ASYNC, default on): a hot region keeps running
@@ -155,30 +168,60 @@ static struct {
 } q = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
         .idle = PTHREAD_COND_INITIALIZER };
 
-static void publish(cache_entry *e, fuse_plan *fp, int rc, const char *why,
-                    uint64_t hash)
+/* Times a region is compiled again with more of its nodes eager after
+** kernels failed to compile; then it runs eagerly for good. */
+#define FALLBACK_ROUNDS 8
+
+/* Publish the outcome of a compile: the plan (rc 0); or (rc 1: some
+** kernels failed) the region nodes to run eagerly next time, the region
+** cold again so that it is compiled again without fusing them, the other
+** kernels coming from the kernel table; or (rc -1) eager for good. */
+static void publish(cache_entry *e, fuse_plan *fp, int rc, bool *eager,
+                    const char *why, uint64_t hash)
 {
   trace_plan *tp = rc == 0 ? calloc(1, sizeof *tp) : NULL;
   if (rc == 0 && !tp) {
     rc = -1;
     why = "out of memory";
   }
+  bool again = false;
   trace_table_lock();
   if (rc == 0) {
     tp->plan = fp;
+    tp->eager = e->eager_nodes;   /* the entry outlives its plan */
     e->plan = tp;
     e->plan_free = trace_plan_free;
     e->state = CACHE_COMPILED;
   } else {
+    int n = fp ? fp->nregion : 0;
+    if (rc == 1 && e->fallback_rounds < FALLBACK_ROUNDS) {
+      if (!e->eager_nodes) {
+        e->eager_nodes = eager;
+        eager = NULL;
+      } else {
+        for (int i = 0; i < n; i++)
+          e->eager_nodes[i] |= eager[i];
+      }
+      e->fallback_rounds++;
+      e->hits = 0;   /* hot again after TC_HOT more runs */
+      e->state = CACHE_COLD;
+      again = true;
+    } else {
+      e->state = CACHE_FAILED;
+    }
     fuse_plan_free(fp);
-    e->state = CACHE_FAILED;
-    eager_count(ST_COMPILE_FAILURES);
+    if (rc < 0)
+      eager_count(ST_COMPILE_FAILURES);
   }
   trace_table_unlock();
+  free(eager);
   /* principle 5: one line, even unasked; not for compiles cut by exit */
   if (rc != 0 && !trace_kernels_exiting())
-    tensor_log(TC_LOG_FALLBACK, "region %016llx: compile failed, running "
-               "eagerly: %s", (unsigned long long)hash, why);
+    tensor_log(TC_LOG_FALLBACK, "region %016llx: %s: %s",
+               (unsigned long long)hash,
+               again ? "a kernel failed to compile; its ops run eagerly, "
+                       "the rest compiled"
+                     : "compile failed, running eagerly", why);
 }
 
 static void *compile_thread(void *arg)
@@ -195,9 +238,10 @@ static void *compile_thread(void *arg)
     q.busy++;
     pthread_mutex_unlock(&q.lock);
     char reason[256] = "";
-    int rc = plan_compile(j->plan, j->guards, j->hash, reason,
+    bool *eager;
+    int rc = plan_compile(j->plan, j->guards, j->hash, &eager, reason,
                           sizeof reason);
-    publish(j->e, j->plan, rc, reason, j->hash);
+    publish(j->e, j->plan, rc, eager, reason, j->hash);
     free(j->guards);
     free(j);
     pthread_mutex_lock(&q.lock);
@@ -287,14 +331,16 @@ static void compile_region(const trace_region *r, cache_entry *e)
   char reason[256] = "";
   trace_graph gb;
   fuse_plan *fp = NULL;
-  if (trace_graph_of(r, &gb) < 0)
+  if (trace_graph_of(r, &gb) < 0) {
     snprintf(reason, sizeof reason, "an output or input of the region has "
              "no place in it");
-  else
+  } else {
+    gb.g.eager = e->eager_nodes;   /* nodes whose kernel failed before */
     fp = fuse_build(&gb.g, dynamic, reason, sizeof reason);
+  }
   trace_graph_free(&gb);
   if (!fp) {
-    publish(e, NULL, -1, reason, r->hash);
+    publish(e, NULL, -1, NULL, reason, r->hash);
     return;
   }
   if (tensor_log_on(TC_LOG_FUSION))
@@ -310,9 +356,10 @@ static void compile_region(const trace_region *r, cache_entry *e)
   ** exit-time destructors that a background compile could race. */
   if (async_on() && worker_on() && enqueue(e, fp, guards, r->hash) == 0)
     return;   /* the compile thread owns fp and guards now */
-  int rc = plan_compile(fp, guards, r->hash, reason, sizeof reason);
+  bool *eager;
+  int rc = plan_compile(fp, guards, r->hash, &eager, reason, sizeof reason);
   free(guards);
-  publish(e, fp, rc, reason, r->hash);
+  publish(e, fp, rc, eager, reason, r->hash);
 }
 
 /* Called by trace_init: fusion and the CPU JIT become the compile hook. */

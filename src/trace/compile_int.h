@@ -25,6 +25,8 @@ typedef struct {
     fuse_plan *layout;   /* owned */
   } layouts[TUNE_DYNAMIC_LAYOUTS];
   uint64_t clock;
+  const bool *eager;   /* the region nodes it runs eagerly (its entry's
+                          eager_nodes), or NULL */
 } trace_plan;
 
 void trace_plan_free(void *plan);   /* cache_entry.plan_free */

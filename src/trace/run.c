@@ -201,8 +201,10 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
   trace_graph gb;
   char reason[128];
   fuse_plan *now = NULL;
-  if (trace_graph_of(r, &gb) == 0)
+  if (trace_graph_of(r, &gb) == 0) {
+    gb.g.eager = tp->eager;
     now = fuse_build(&gb.g, true, reason, sizeof reason);
+  }
   trace_graph_free(&gb);
   if (now && !same_code(now, tp->plan)) {
     if (tensor_log_on(TC_LOG_RECOMPILES))
