@@ -400,7 +400,7 @@ tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b)
   c.dtype = c.cdtype = dt;
   c.ndim = 0;
   if (a->ndim == 3 || b->ndim == 3)
-    c.shape[c.ndim++] = ba > bb ? ba : bb;
+    c.shape[c.ndim++] = ba == 1 ? bb : ba;   /* a batch of 0 stays 0 */
   c.shape[c.ndim++] = m;
   c.shape[c.ndim++] = n;
   return handed_out(eager_dispatch(&c));

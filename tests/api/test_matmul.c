@@ -146,6 +146,23 @@ static void test_matmul_empty(void **state) {
   tc_tensor *d = TU_NN(tc_ones(TC_F64, TC_SHAPE(5, 4)));
   tc_tensor *e = TU_NN(tc_matmul(c, d));
   TU_SHAPE_IS(e, 2, ((const int64_t[]){0, 4}));
+  /* A batch of 0 against a 2-D operand (or a batch of 1) stays a batch of
+  ** 0, from either side (found by the random-program test: it was 1). */
+  tc_tensor *f = TU_NN(tc_ones(TC_F64, TC_SHAPE(0, 2, 5)));
+  tc_tensor *g1 = TU_NN(tc_ones(TC_F64, TC_SHAPE(1, 5, 4)));
+  tc_tensor *fd = TU_NN(tc_matmul(f, d));
+  TU_SHAPE_IS(fd, 3, ((const int64_t[]){0, 2, 4}));
+  tc_tensor *fg = TU_NN(tc_matmul(f, g1));
+  TU_SHAPE_IS(fg, 3, ((const int64_t[]){0, 2, 4}));
+  tc_tensor *h = TU_NN(tc_ones(TC_F64, TC_SHAPE(0, 4, 3)));
+  tc_tensor *gf = TU_NN(tc_matmul(g1, h));
+  TU_SHAPE_IS(gf, 3, ((const int64_t[]){0, 5, 3}));
+  tc_release(h);
+  tc_release(f);
+  tc_release(g1);
+  tc_release(fd);
+  tc_release(fg);
+  tc_release(gf);
   tc_release(a);
   tc_release(b);
   tc_release(r);
