@@ -82,9 +82,11 @@ static void init_once(void)
                "using %s", want, target, target);
   /* Kernels differ with approx.h's multiply-add mode (APPROX_FMA), so a
   ** store shared by builds that differ in it must not mix their kernels. */
-  snprintf(version, sizeof version, "libgccjit %d.%d.%d%s",
+  /* The -O level too: it changes the code, never the results. */
+  snprintf(version, sizeof version, "libgccjit %d.%d.%d -O%d%s",
            gcc_jit_version_major(), gcc_jit_version_minor(),
-           gcc_jit_version_patchlevel(), APPROX_FMA ? " fma" : "");
+           gcc_jit_version_patchlevel(), tensor_cfg()->jit_opt,
+           APPROX_FMA ? " fma" : "");
 }
 
 const char *jcpu_target(void)
@@ -128,7 +130,7 @@ static gcc_jit_context *new_context(void)
   if (!ctx)
     return NULL;
   gcc_jit_context_set_int_option(ctx, GCC_JIT_INT_OPTION_OPTIMIZATION_LEVEL,
-                                 3);
+                                 tensor_cfg()->jit_opt);
   gcc_jit_context_set_bool_option(ctx, GCC_JIT_BOOL_OPTION_DEBUGINFO, 0);
   gcc_jit_context_set_bool_print_errors_to_stderr(ctx, 0);
   char march[32];
@@ -153,6 +155,8 @@ static gcc_jit_context *new_context(void)
                                           "--param=large-function-insns=1000000");
   gcc_jit_context_add_command_line_option(ctx,
                                           "--param=inline-unit-growth=100000");
+  gcc_jit_context_add_command_line_option(ctx,
+                                          "--param=max-inline-insns-single=100000");
   if (vec_report) {
     char opt[4200];
     snprintf(opt, sizeof opt, "-fopt-info-vec-optimized=%s", vec_report);

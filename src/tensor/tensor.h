@@ -166,6 +166,8 @@ typedef struct {
   bool jit;                /* TC_JIT: 0 traces but never compiles (1) */
   char jit_isa[16];        /* TC_JIT_ISA: compile kernels for this x86-64
                               level (at most the CPU's); "" detects it */
+  int jit_opt;             /* TC_JIT_OPT: GCC's -O level for kernels (3;
+                              0 compiles about 2x faster, runs slower) */
   bool jit_worker;         /* TC_JIT_WORKER: libgccjit runs in a compile
                               worker process; 0 runs it here, inline (1) */
   int threads;             /* TC_THREADS (0: all cores) */
