@@ -130,15 +130,43 @@ double eager_combine_f64(double *p, int64_t m);
 /* Matmul: C (m x n, row-major, ldc) = op(A) @ op(B), where op(A) is m x k
 ** and op(B) is k x n. A is stored row-major with leading dim lda, or, when
 ** ta, as its transpose (k x m row-major: a column-major view); B likewise.
-** The BLAS or the blocked fallback, chosen at build time (meson option
-** blas). Uses the thread pool or the BLAS's own threads. */
+** C is overwritten, never read; k == 0 gives zeros (A and B unread). Runs
+** on the thread pool. Results are bitwise independent of the thread count
+** (gemm.h says exactly what they depend on). tc's own packed kernel, or
+** the BLAS on CPUs it has no kernel for (gemm.h, "paths"). */
 void eager_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const float *a, int64_t lda, const float *b, int64_t ldb,
                     float *c, int64_t ldc);
 void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const double *a, int64_t lda, const double *b,
                     int64_t ldb, double *c, int64_t ldc);
+
+/* An epilogue: called as ep(ctx, i0, i1, j0, j1) for the tile of C rows
+** [i0, i1) x columns [j0, j1). */
+typedef void (*eager_gemm_epilogue)(void *ctx, int64_t i0, int64_t i1,
+                                    int64_t j0, int64_t j1);
+/* eager_gemm_* with an epilogue (ep NULL: none). The tiles partition C:
+** each element is in exactly one, and ep is called once per tile, right
+** after that tile's values are final, on the thread that computed them
+** (while they are in its cache), possibly at the same time as other
+** tiles on other threads; in no particular order. So ep may read and
+** rewrite its tile of C in place (an elementwise function of C, bias,
+** activation, residual: the result is the same as applying it to all of
+** C afterwards, bitwise) but must not touch C outside its tile. Tiles are
+** at most about 256 rows x 512 bytes of a row (own kernel; 256 x 256 on
+** the BLAS path), depend only on the shape and the path, never on the
+** thread count. ep runs inside a pool job: its own eager_parallel calls
+** run serially. */
+void eager_gemm_f32_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float *c, int64_t ldc,
+                       eager_gemm_epilogue ep, void *ctx);
+void eager_gemm_f64_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const double *a, int64_t lda, const double *b,
+                       int64_t ldb, double *c, int64_t ldc,
+                       eager_gemm_epilogue ep, void *ctx);
+
 const char *eager_gemm_backend(void);
-void eager_gemm_init(void);   /* at init: the BLAS single-threaded */
+void eager_gemm_init(void);   /* at init: path chosen, BLAS single-threaded */
 
 #endif
