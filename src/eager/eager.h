@@ -166,6 +166,19 @@ void eager_gemm_f64_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        int64_t ldb, double *c, int64_t ldc,
                        eager_gemm_epilogue ep, void *ctx);
 
+/* The MATMUL op (c as the dispatcher gives it: in[0] @ in[1], 2-D or
+** batched 3-D, any layouts and float dtypes) with an epilogue: returns the
+** new contiguous result (one reference; NULL with the error set), and has
+** called ep(ctx, out, batch, i0, i1, j0, j1) once for each tile of each
+** batch's m x n matrix, as eager_gemm_*_ep promise (element (batch, i, j)
+** of out is at tensor_ptr(out) + ((batch * m + i) * n + j) elements;
+** 2-D: batch 0). ep may rewrite its tile of out in place, or write the
+** same tile of other buffers. ep NULL: the plain MATMUL kernel. */
+typedef void (*eager_matmul_epilogue)(void *ctx, tc_tensor *out,
+                                      int64_t batch, int64_t i0, int64_t i1,
+                                      int64_t j0, int64_t j1);
+tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
+                           void *ctx);
 const char *eager_gemm_backend(void);
 void eager_gemm_init(void);   /* at init: path chosen, BLAS single-threaded */
 

@@ -7,7 +7,8 @@
 ** in-order fma chain, so no split of C or k and no FMA path changes it).
 ** The epilogue hook: tiles cover C once, each is final when its epilogue
 ** runs, and an elementwise function applied per tile equals applying it
-** to all of C afterwards, bitwise. Thread counts: the binary re-executes
+** to all of C afterwards, bitwise; eager_matmul_ep, the same for the op.
+** Thread counts: the binary re-executes
 ** itself with TC_THREADS=1, 2, 3 and compares every result's hash.
 */
 #include <setjmp.h>
@@ -26,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tc.h"
 #include "eager.h"
 #include "gemm.h"
 
@@ -553,6 +555,55 @@ static void test_gemm_epilogue_equals_after(void **state)
     fail_msg("%d epilogue cases failed", failed);
 }
 
+/* eager_matmul_ep (the fuser's hook): batched, a 2-D operand broadcast
+** over the batch and a transposed view; ep adds a bias by column in place,
+** which must give tc_matmul's result plus the bias, bitwise. */
+typedef struct {
+  const float *bias;
+  int64_t m, n;
+  atomic_int calls, bad;
+} mm_ep;
+
+static void mm_ep_fn(void *ctx, tc_tensor *out, int64_t batch, int64_t i0,
+                     int64_t i1, int64_t j0, int64_t j1)
+{
+  mm_ep *e = ctx;
+  atomic_fetch_add(&e->calls, 1);
+  if (batch < 0 || i0 < 0 || i1 > e->m || j0 < 0 || j1 > e->n)
+    atomic_fetch_add(&e->bad, 1);
+  float *c = (float *)tensor_ptr(out) + batch * e->m * e->n;
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t j = j0; j < j1; j++)
+      c[i * e->n + j] += e->bias[j];
+}
+
+static void test_gemm_matmul_ep(void **state)
+{
+  (void)state;
+  enum { B = 3, M = 45, K = 300, N = 530 };
+  tc_tensor *a = tc_randn(TC_F32, TC_SHAPE(B, M, K), 1);
+  tc_tensor *w = tc_randn(TC_F32, TC_SHAPE(N, K), 2);
+  tc_tensor *wt = tc_transpose(w, 0, 1);       /* K x N, column-major */
+  tc_tensor *bias = tc_randn(TC_F32, TC_SHAPE(N), 3);
+  tc_tensor *ref = tc_add(tc_matmul(a, wt), bias);
+  assert_true(a && w && wt && bias && ref);
+  eager_call c = { .op = TC_OP_MATMUL, .fn = "test", .nin = 2,
+                   .in = { a, wt }, .dtype = TC_F32, .ndim = 3,
+                   .shape = { B, M, N } };
+  mm_ep e = { .bias = tc_data(bias), .m = M, .n = N };
+  tc_tensor *got = eager_matmul_ep(&c, mm_ep_fn, &e);
+  assert_non_null(got);
+  assert_int_equal(atomic_load(&e.bad), 0);
+  assert_true(atomic_load(&e.calls) >= B);
+  assert_memory_equal(tc_data(got), tc_data(ref), sizeof(float) * B * M * N);
+  tensor_unref(got);
+  tc_release(a);
+  tc_release(w);
+  tc_release(wt);
+  tc_release(bias);
+  tc_release(ref);
+}
+
 /* -- Thread counts -----------------------------------------------------------
 ** TC_THREADS is read at init: the binary re-runs itself with --emit and
 ** TC_THREADS = 1, 2, 3; each child runs the epilogue cases (checking them)
@@ -665,6 +716,7 @@ int main(int argc, char **argv)
     cmocka_unit_test_teardown(test_gemm_own_kernel_is_the_fma_chain,
                               restore_path),
     cmocka_unit_test_teardown(test_gemm_epilogue_equals_after, restore_path),
+    cmocka_unit_test(test_gemm_matmul_ep),
     cmocka_unit_test(test_gemm_thread_count_independent),
     cmocka_unit_test(test_gemm_backend_name),
   };
