@@ -153,9 +153,11 @@ typedef void (*eager_gemm_epilogue)(void *ctx, int64_t i0, int64_t i1,
 ** rewrite its tile of C in place (an elementwise function of C, bias,
 ** activation, residual: the result is the same as applying it to all of
 ** C afterwards, bitwise) but must not touch C outside its tile. Tiles are
-** at most about 256 rows x 512 bytes of a row (own kernel; 256 x 256 on
-** the BLAS path), depend only on the shape and the path, never on the
-** thread count. ep runs inside a pool job: its own eager_parallel calls
+** at most 280 rows x 512 bytes of a row (own kernel: 128 f32 or 64 f64
+** columns; 256 x 256 elements on the BLAS path). Which tiles, and which
+** thread runs each, may change with the thread count (the own kernel cuts
+** C for it), so an epilogue must be elementwise: then its result cannot.
+** ep usually runs inside a pool job, where its own eager_parallel calls
 ** run serially. */
 void eager_gemm_f32_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        const float *a, int64_t lda, const float *b,

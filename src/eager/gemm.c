@@ -7,12 +7,13 @@
 **
 ** The own kernel (Goto/BLIS blocking, reorganized for thread-count
 ** independence and epilogues):
-** - C is cut into row blocks of about 256 rows and column blocks of
+** - C is cut into row blocks of up to ~270 rows and column blocks of
 **   EPW-column units (512 bytes of a row); a task is one (row block,
 **   column block) pair, and the pool's threads take tasks from a shared
-**   counter until none are left. Which thread computes a tile never
-**   changes its bits: every element of C is the chain s = fma(a, b, s) over
-**   k in order from +0 (gemm.h), whatever the blocking.
+**   counter until none are left (the cut: plan(), a cost estimate). Which
+**   thread computes a tile, or how C is cut, never changes its bits: every
+**   element of C is the chain s = fma(a, b, s) over k in order from +0
+**   (gemm.h), whatever the blocking.
 ** - Per task, for each KC-deep slice of k: the task's rows of op(A) are
 **   copied into a slice that stays in L2 (a row panel, each row KCP apart,
 **   or for a transposed A MR-wide column panels, both plain copies); then
@@ -21,7 +22,7 @@
 **   computes (so the only stream from memory overlaps arithmetic, with a
 **   prefetch GEMM_PD rows ahead), and the others reuse the packed panel.
 ** - On the last k slice each strip's values are final: every EPW columns
-**   the epilogue runs on the row block x those columns (<= 256 x 512 B),
+**   the epilogue runs on the row block x those columns (<= 280 x 512 B),
 **   still in L2, on the thread that computed them.
 **
 ** The BLAS path (a build with one, on a CPU with neither AVX2 nor
@@ -78,8 +79,6 @@ static inline int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 #define GEMM_SLICE_BYTES (288 << 10)
 /* Epilogue tiles and task units: this many bytes of a row of C. */
 #define GEMM_EP_BYTES 512
-/* A task is at most this many epilogue units wide. */
-#define GEMM_TASK_UNITS 8
 
 /* -- Paths ------------------------------------------------------------------ */
 
@@ -98,6 +97,9 @@ static const char *const path_names[GEMM__MAX] = {
 
 bool eager_gemm_path_available(gemm_path p)
 {
+#if GEMM_X86
+  __builtin_cpu_init();         /* in case this runs before constructors */
+#endif
   switch (p) {
   case GEMM_AUTO:
   case GEMM_PORTABLE:
@@ -772,24 +774,61 @@ static void G(worker)(void *ctx, int64_t lo, int64_t hi)
     tensor_free_block(W.a, W.bytes);
 }
 
-/* Task width in epilogue units: as wide as possible (each task copies its
-** A rows once per k slice), but enough tasks that threads taking them in
-** turn finish together (>= 4 per thread where the shape allows, and the
-** last round at least 90% full). Depends on threads; results do not. */
-static int64_t G(task_units)(int64_t rblocks, int64_t units, int threads)
+/* The cut of C into tasks: rblocks x ncb, row blocks of mb rows (whole
+** micro-panels, the A slice within GEMM_SLICE_BYTES), column blocks of
+** whole epilogue units. Each task copies its A rows once per k slice (not
+** overlapped with arithmetic) and reads its B columns once (packed by the
+** micro-kernel, overlapped), so column blocks cost copies of A and row
+** blocks re-reads of B; threads taking tasks in turn want a number of
+** tasks that lets them finish together, and some slack for a busy machine.
+** The estimate below, in flops' time, weighs these (its constants fit the
+** W6 shapes on the Xeon: 1 x 2 tasks for 2 threads was the fastest of the
+** cuts tried, by up to 10%); it depends on the thread count, results do
+** not. */
+#define GEMM_COST_COPY_A 64     /* flops' time per element of A copied */
+#define GEMM_COST_READ_B 32     /* per element of B read by one more task */
+
+static void G(plan)(G(job) *J, int threads)
 {
-  int64_t gmax = min64(GEMM_TASK_UNITS, units);
-  if (threads <= 1)
-    return gmax;
-  for (int64_t g = gmax; g > 1; g--) {
-    int64_t tasks = rblocks * ceil_div(units, g);
-    if (tasks < 4 * (int64_t)threads)
-      continue;
-    int64_t rounds = ceil_div(tasks, threads);
-    if (10 * tasks >= 9 * rounds * threads)
-      return g;
+  const int64_t mr = J->kr->mr, m = J->m, n = J->n, k = J->k;
+  int64_t cap = GEMM_SLICE_BYTES / (GEMM_KCP * (int64_t)sizeof(GEMM_T));
+  /* Row blocks of at least 4 micro-panels; beyond 4 tasks per thread
+  ** more cuts only cost (so the search stays small). */
+  int64_t rb_min = ceil_div(m, cap);
+  int64_t rb_max = min64(max64(rb_min, m / (4 * mr)), rb_min + 4 * threads);
+  int64_t units = min64(ceil_div(n, J->epw), 4 * (int64_t)threads);
+  if (threads <= 1) {           /* one task: every copy once */
+    rb_max = rb_min;
+    units = 1;
   }
-  return 1;
+  double flops = 2.0 * (double)m * (double)n * (double)k, best = -1;
+  for (int64_t rb = rb_min; rb <= rb_max; rb++) {
+    int64_t mb = round_up(ceil_div(m, rb), mr);
+    if (ceil_div(m, mb) != rb)  /* the same cut as a smaller rb */
+      continue;
+    for (int64_t cb = 1; cb <= units; cb++) {
+      int64_t w = ceil_div(ceil_div(n, J->epw), cb);
+      if (ceil_div(ceil_div(n, J->epw), w) != cb)
+        continue;
+      int64_t tasks = rb * cb, rounds = ceil_div(tasks, threads);
+      double cost = flops * (double)(rounds * threads) / (double)tasks
+                    + GEMM_COST_COPY_A * (double)m * (double)k * (double)cb
+                    + GEMM_COST_READ_B * (double)k * (double)n * (double)rb;
+      if (tasks < 2 * (int64_t)threads)   /* no slack for a busy core */
+        cost += flops * 0.01 * (2.0 - (double)tasks / threads);
+      if (best < 0 || cost < best) {
+        best = cost;
+        J->mb = mb;
+        J->nt = w * J->epw;
+      }
+    }
+  }
+  if (best < 0) {
+    J->mb = round_up(ceil_div(m, rb_min), mr);
+    J->nt = round_up(n, J->epw);
+  }
+  J->ncb = ceil_div(n, J->nt);
+  J->ntasks = ceil_div(m, J->mb) * J->ncb;
 }
 
 /* The own kernel for any m, n, k >= 0 (gemm.h). */
@@ -804,19 +843,10 @@ static void G(own)(gemm_path path, bool ta, bool tb, int64_t m, int64_t n,
   G(job) J = { .kr = kr, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
                .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b, .c = c,
                .ep = ep, .ep_ctx = ep_ctx };
-  /* Row blocks: even, whole micro-panels, A slice within GEMM_SLICE_BYTES;
-  ** epilogue tiles GEMM_EP_BYTES of a row (a multiple of every NR). */
-  int64_t rows = GEMM_SLICE_BYTES / (GEMM_KCP * (int64_t)sizeof(GEMM_T));
-  int64_t rblocks = ceil_div(m, rows);
-  J.mb = round_up(ceil_div(m, rblocks), kr->mr);
-  rblocks = ceil_div(m, J.mb);
   J.epw = GEMM_EP_BYTES / (int64_t)sizeof(GEMM_T);
-  int64_t units = ceil_div(n, J.epw);
   double flops = 2.0 * (double)m * (double)n * (double)k;
   int threads = flops < GEMM_MIN_FLOPS ? 1 : eager_cfg()->threads;
-  J.nt = G(task_units)(rblocks, units, threads) * J.epw;
-  J.ncb = ceil_div(n, J.nt);
-  J.ntasks = rblocks * J.ncb;
+  G(plan)(&J, threads);
   atomic_init(&J.next, 0);
   if (k <= 0) {                 /* C = 0 (A, B unread), the epilogues */
     for (int64_t t = 0; t < J.ntasks; t++)
