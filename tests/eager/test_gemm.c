@@ -585,8 +585,9 @@ static void test_gemm_matmul_ep(void **state)
   tc_tensor *w = tc_randn(TC_F32, TC_SHAPE(N, K), 2);
   tc_tensor *wt = tc_transpose(w, 0, 1);       /* K x N, column-major */
   tc_tensor *bias = tc_randn(TC_F32, TC_SHAPE(N), 3);
-  tc_tensor *ref = tc_add(tc_matmul(a, wt), bias);
-  assert_true(a && w && wt && bias && ref);
+  tc_tensor *mm = tc_matmul(a, wt);
+  tc_tensor *ref = tc_add(mm, bias);
+  assert_true(a && w && wt && bias && mm && ref);
   eager_call c = { .op = TC_OP_MATMUL, .fn = "test", .nin = 2,
                    .in = { a, wt }, .dtype = TC_F32, .ndim = 3,
                    .shape = { B, M, N } };
@@ -601,6 +602,7 @@ static void test_gemm_matmul_ep(void **state)
   tc_release(w);
   tc_release(wt);
   tc_release(bias);
+  tc_release(mm);
   tc_release(ref);
 }
 
