@@ -820,22 +820,81 @@ static void measure_fn(wl *w, void (*fn)(wl *), result *r, int warmup) {
 
 static void measure(wl *w, result *r, int warmup) { measure_fn(w, w->iter, r, warmup); }
 
-/* The OpenBLAS-direct column: OpenBLAS gets tc's thread count for these
-** runs only (tc itself keeps it at one), is checked, warmed up and timed
-** like tc; then its threads are given time to stop spinning (they poll for
-** about 2^28 cycles after each call) so they cannot slow what runs next. */
+/* The OpenBLAS-direct comparison: samples of tc eager, tc compiled (with
+** --compiled) and OpenBLAS called directly, taken in turn, so that a busy
+** moment of the machine hits all of them alike; each after a pause of
+** DIRECT_PAUSE_MS, because OpenBLAS's idle threads poll (yielding) for about
+** 2^28 cycles after each call and would slow whatever runs next. OpenBLAS
+** gets tc's thread count for its own samples only (tc keeps it at one). */
+#define DIRECT_PAUSE_MS 150
+
+static result dir_eager[NWL], dir_comp[NWL];   /* tc's samples taken in turn */
+
+#ifdef TC_HAVE_CBLAS
+/* Busy-wait (a sleep lets this VM's idle vCPU slow down: every sample
+** after one ran ~30% slower, tc and OpenBLAS alike). */
+static void pause_ms(long ms) {
+  double end = now_s() + (double)ms * 1e-3;
+  while (now_s() < end) {
+  }
+}
+
+static double sample(wl *w, void (*fn)(wl *)) {
+  pause_ms(DIRECT_PAUSE_MS);
+  double t0 = now_s();
+  fn(w);
+  return now_s() - t0;
+}
+
+static void run_direct(wl *w) {
+  openblas_set_num_threads(tc_threads());
+  direct_of(w)->run(w);
+  openblas_set_num_threads(1);
+}
+
+static void check_direct(wl *w) {
+  openblas_set_num_threads(tc_threads());
+  direct_of(w)->check(w);
+  openblas_set_num_threads(1);
+}
+
+static void finish(result *r, int n) {
+  r->n = n;
+  r->med = median(r->samples, n);
+  r->min = r->max = r->samples[0];
+  for (int i = 1; i < n; i++) {
+    r->min = fmin(r->min, r->samples[i]);
+    r->max = fmax(r->max, r->samples[i]);
+  }
+  r->ok = true;
+}
+#endif
+
 static void measure_direct(wl *w) {
 #ifdef TC_HAVE_CBLAS
-  const direct_fn *d = direct_of(w);
-  openblas_set_num_threads(tc_threads());
+  int i = (int)(w - workloads);
+  result *d = dir_of(w), *e = &dir_eager[i], *c = &dir_comp[i];
   dir_inputs(w);
-  d->check(w);
-  measure_fn(w, d->run, dir_of(w), opt.warmup);
-  d->check(w);
-  openblas_set_num_threads(1);
+  check_direct(w);
+  for (int k = 0; k < opt.warmup; k++) run_direct(w);
+  cpu_snap c0 = cpu_snap_take();
+  for (int r = 0; r < opt.reps; r++) {
+    tc_compile_set(false);
+    e->samples[r] = sample(w, w->iter);
+    if (opt.compiled) {
+      tc_compile_set(true);
+      c->samples[r] = sample(w, w->iter);
+      tc_compile_set(false);
+    }
+    d->samples[r] = sample(w, run_direct);
+  }
+  d->others = e->others = c->others = cpu_others(c0, cpu_snap_take(), &d->steal);
+  finish(d, opt.reps);
+  finish(e, opt.reps);
+  if (opt.compiled) finish(c, opt.reps);
+  check_direct(w);
   while (naliases) tc_release(aliases[--naliases]);
-  struct timespec pause = {0, 300 * 1000 * 1000};
-  nanosleep(&pause, NULL);
+  pause_ms(300);
 #else
   (void)w;
 #endif
@@ -966,30 +1025,34 @@ static void print_direct(int nth) {
   for (int i = 0; i < NWL; i++) any |= workloads[i].selected && dir_res[i].ok;
   if (!any) return;
   const char *core = blas_core() ? blas_core() : "?";
-  printf("\nOpenBLAS called directly (cblas_sgemm, its own %d thread%s, core %s), measured in this run after tc's "
-         "columns;\ntc/dir = OpenBLAS direct time / tc time (100%% = as fast):\n",
-         nth, nth == 1 ? "" : "s", core);
+  printf("\nOpenBLAS called directly (cblas_sgemm, its own %d thread%s, core %s), same run: samples of tc and\n"
+         "OpenBLAS taken in turn (%d each, %d ms apart); medians; tc/dir = OpenBLAS time / tc time (100%% = as fast):\n",
+         nth, nth == 1 ? "" : "s", core, opt.reps, DIRECT_PAUSE_MS);
   printf("%-4s %-31s %12s %15s %15s %7s", "id", "workload", "direct", "achieved", "tc eager", "tc/dir");
   if (opt.compiled) printf(" %15s %7s", "tc compiled", "tc/dir");
   printf("\n");
   for (int i = 0; i < NWL; i++) {
     const wl *w = &workloads[i];
-    const result *d = &dir_res[i];
-    if (!w->selected || !d->ok || !w->eager.ok) continue;
-    char t[32], a[32], e[32], c[32];
+    const result *d = &dir_res[i], *e = &dir_eager[i], *c = &dir_comp[i];
+    if (!w->selected || !d->ok || !e->ok) continue;
+    char t[32], a[32], ea[32], ca[32];
     fmt_time(t, sizeof t, w, d->med);
     fmt_rate(a, sizeof a, w, d->med);
-    fmt_rate(e, sizeof e, w, w->eager.med);
-    printf("%-4s %-31s %12s %15s %15s %6.1f%%", w->id, w->name, t, a, e, 100.0 * d->med / w->eager.med);
-    if (opt.compiled && w->comp.ok) {
-      fmt_rate(c, sizeof c, w, w->comp.med);
-      printf(" %15s %6.1f%%", c, 100.0 * d->med / w->comp.med);
+    fmt_rate(ea, sizeof ea, w, e->med);
+    printf("%-4s %-31s %12s %15s %15s %6.1f%%", w->id, w->name, t, a, ea, 100.0 * d->med / e->med);
+    if (opt.compiled && c->ok) {
+      fmt_rate(ca, sizeof ca, w, c->med);
+      printf(" %15s %6.1f%%", ca, 100.0 * d->med / c->med);
     }
     printf("\n");
   }
   printf("direct: W6m, W6 the matmuls alone (W6's tc figure includes its bias adds and GELU); W10 the same MLP\n"
          "        with its elementwise ops too, one plain loop each (libm tanhf), rows split over %d pthread%s\n",
          nth, nth == 1 ? "" : "s");
+  for (int i = 0; i < NWL; i++)
+    if (workloads[i].selected && dir_res[i].ok && dir_res[i].others + dir_res[i].steal > 0.10)
+      printf("note: %s: other processes used %.0f%% of the CPUs during the comparison; not reliable\n",
+             workloads[i].id, 100 * dir_res[i].others);
   if (blas_core_behind(core))
     printf("note: OpenBLAS runs its %s kernels here (it does not know this %s CPU); OPENBLAS_CORETYPE=%s\n"
            "      in the environment gives its best kernels, the fairer comparison\n",
@@ -1037,7 +1100,11 @@ static void write_json(const char *path, int nth, double bw1, double bwn, double
     }
     if (w->eager.ok) json_result(f, "eager", w, &w->eager, floor_s);
     if (w->comp.ok) json_result(f, "compiled", w, &w->comp, floor_s);
-    if (dir_of(w)->ok) json_result(f, "openblas_direct", w, dir_of(w), floor_s);
+    if (dir_of(w)->ok) {
+      json_result(f, "openblas_direct", w, dir_of(w), floor_s);
+      json_result(f, "eager_beside_direct", w, &dir_eager[w - workloads], floor_s);
+      if (dir_comp[w - workloads].ok) json_result(f, "compiled_beside_direct", w, &dir_comp[w - workloads], floor_s);
+    }
     fprintf(f, "}");
   }
   fprintf(f, "\n  ]\n}\n");
