@@ -1054,8 +1054,8 @@ static void print_direct(int nth) {
       printf("note: %s: other processes used %.0f%% of the CPUs during the comparison; not reliable\n",
              workloads[i].id, 100 * dir_res[i].others);
   if (blas_core_behind(core))
-    printf("note: OpenBLAS runs its %s kernels here (it does not know this %s CPU); OPENBLAS_CORETYPE=%s\n"
-           "      in the environment gives its best kernels, the fairer comparison\n",
+    printf("note: OpenBLAS runs its %s kernels, older than this CPU's %s (0.3.21 falls back to Prescott on\n"
+           "      CPUs it does not know); OPENBLAS_CORETYPE=%s gives its best kernels, the fairer comparison\n",
            core, isa_name(), strcmp(isa_name(), "AVX-512") ? "Haswell" : "SkylakeX");
 }
 
