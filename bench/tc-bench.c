@@ -11,7 +11,9 @@
 ** Each workload's result is also checked against a reference computed here in
 ** double precision, once in each mode, so a broken kernel cannot look fast.
 **
-** Uses only include/tc.h, libc, libm and pthreads. See bench/README.md.
+** Uses only include/tc.h, libc, libm and pthreads, and, where the build
+** found OpenBLAS, its cblas for the "OpenBLAS direct" figures of W6, W6m
+** and W10 (the same matmuls called directly). See bench/README.md.
 */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,6 +40,10 @@
 #endif
 
 #include "tc.h"
+
+#ifdef TC_HAVE_CBLAS
+#include <cblas.h>
+#endif
 
 #define MB 1e6
 #define GB 1e9
@@ -501,7 +507,9 @@ static void w5_check(wl *w) {
   tc_release(out);
 }
 
-/* W6: MLP 256x1024 -> 4096 (gelu) -> 1024. */
+/* W6: MLP 256x1024 -> 4096 (gelu) -> 1024. W10 is the same program: its
+** figure is set beside OpenBLAS doing the same matmuls and elementwise ops
+** (W6's beside the matmuls alone). */
 static void w6_setup(wl *w) {
   tc_tensor *r;
   w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(256, 1024), 7));
@@ -529,11 +537,10 @@ static tc_tensor *w6_op(wl *w) {
   return y;
 }
 static void w6_iter(wl *w) { consume(w6_op(w)); }
-static void w6_check(wl *w) {
-  tc_tensor *out = w6_op(w);
-  if (tc_ndim(out) != 2 || tc_size(out, 0) != 256 || tc_size(out, 1) != 1024) fail("mlp: wrong shape");
+/* Three rows of the MLP's output y (256 x 1024) against double precision. */
+static void mlp_check_rows(wl *w, const float *y, const char *who) {
   float *x = f32_data(w->t[0]), *w1 = f32_data(w->t[1]), *b1 = f32_data(w->t[2]);
-  float *w2 = f32_data(w->t[3]), *b2 = f32_data(w->t[4]), *y = f32_data(out);
+  float *w2 = f32_data(w->t[3]), *b2 = f32_data(w->t[4]);
   double *h = malloc(4096 * sizeof *h);
   if (!h) fail("out of memory");
   static const long rows[] = {0, 100, 255};
@@ -547,11 +554,27 @@ static void w6_check(wl *w) {
       double ref = b2[j];
       for (long i = 0; i < 4096; i++) ref += h[i] * w2[i * 1024 + j];
       if (!close_enough(y[rows[k] * 1024 + j], ref, 1e-3, 1e-3))
-        fail("mlp: [%ld,%ld] = %.9g, expected %.9g", rows[k], j, y[rows[k] * 1024 + j], ref);
+        fail("%s: [%ld,%ld] = %.9g, expected %.9g", who, rows[k], j, y[rows[k] * 1024 + j], ref);
     }
   }
   free(h);
+}
+static void w6_check(wl *w) {
+  tc_tensor *out = w6_op(w);
+  if (tc_ndim(out) != 2 || tc_size(out, 0) != 256 || tc_size(out, 1) != 1024) fail("mlp: wrong shape");
+  mlp_check_rows(w, f32_data(out), "mlp");
   tc_release(out);
+}
+/* NSAMPLE elements of c = a @ b (m x k @ k x n, row-major) against double. */
+static void mm_check_samples(const float *a, const float *b, const float *c, long m, long k, long n,
+                             const char *who) {
+  for (long s = 0; s < NSAMPLE; s++) {
+    long i = sample_idx(s, m), j = sample_idx(s * 7 + 3, n);
+    double ref = 0;
+    for (long p = 0; p < k; p++) ref += (double)a[i * k + p] * b[p * n + j];
+    if (!close_enough(c[i * n + j], ref, 1e-4, 1e-4))
+      fail("%s: [%ld,%ld] = %.9g, expected %.9g", who, i, j, c[i * n + j], ref);
+  }
 }
 
 /* W6m: the first matmul alone (no epilogue), to set tc's matmul beside BLAS. */
@@ -559,16 +582,109 @@ static void w6m_iter(wl *w) { consume(CK(tc_matmul(w->t[0], w->t[1]))); }
 static void w6m_check(wl *w) {
   tc_tensor *out = CK(tc_matmul(w->t[0], w->t[1]));
   if (tc_ndim(out) != 2 || tc_size(out, 0) != 256 || tc_size(out, 1) != 4096) fail("matmul: wrong shape");
-  float *x = f32_data(w->t[0]), *w1 = f32_data(w->t[1]), *y = f32_data(out);
-  for (long s = 0; s < NSAMPLE; s++) {
-    long i = sample_idx(s, 256), j = sample_idx(s * 7 + 3, 4096);
-    double ref = 0;
-    for (long k = 0; k < 1024; k++) ref += (double)x[i * 1024 + k] * w1[k * 4096 + j];
-    if (!close_enough(y[i * 4096 + j], ref, 1e-4, 1e-4))
-      fail("matmul: [%ld,%ld] = %.9g, expected %.9g", i, j, y[i * 4096 + j], ref);
-  }
+  mm_check_samples(f32_data(w->t[0]), f32_data(w->t[1]), f32_data(out), 256, 1024, 4096, "matmul");
   tc_release(out);
 }
+
+/* -- OpenBLAS called directly (W6, W6m, W10) ---------------------------------
+** cblas_sgemm with OpenBLAS's own threads, as many as tc uses, on the same
+** inputs, into buffers made once (so no allocation is timed). W10 adds the
+** elementwise ops the obvious way: one plain loop per op (libm's tanhf for
+** GELU), its rows split over the same number of pthreads. */
+
+#ifdef TC_HAVE_CBLAS
+static struct {
+  float *x, *w1, *b1, *w2, *b2; /* the workload's inputs (alias handles) */
+  float *h, *y;                 /* 256 x 4096, 256 x 4096 (W6m) or 256 x 1024 */
+} dir;
+
+static void dir_inputs(wl *w) {
+  dir.x = f32_data(w->t[0]), dir.w1 = f32_data(w->t[1]), dir.b1 = f32_data(w->t[2]);
+  dir.w2 = f32_data(w->t[3]), dir.b2 = f32_data(w->t[4]);
+  if (!dir.h) {
+    dir.h = CKP(aligned_alloc(64, 256 * 4096 * sizeof(float)));
+    dir.y = CKP(aligned_alloc(64, 256 * 4096 * sizeof(float)));
+    memset(dir.h, 0, 256 * 4096 * sizeof(float)); /* fault the pages in now */
+    memset(dir.y, 0, 256 * 4096 * sizeof(float));
+  }
+}
+
+static void sgemm_nn(const float *a, const float *b, float *c, int m, int k, int n) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+}
+
+/* x[r][j] = f(x[r][j] + bias[j]) for rows [r0, r1): GELU or identity. */
+typedef struct {
+  float *x;
+  const float *bias;
+  long r0, r1, cols;
+  bool gelu;
+} ew_part;
+
+static void *ew_rows(void *arg) {
+  const ew_part *e = arg;
+  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+  for (long r = e->r0; r < e->r1; r++) {
+    float *x = e->x + r * e->cols;
+    if (e->gelu)
+      for (long j = 0; j < e->cols; j++) {
+        float v = x[j] + e->bias[j];
+        x[j] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+      }
+    else
+      for (long j = 0; j < e->cols; j++) x[j] += e->bias[j];
+  }
+  return NULL;
+}
+
+static void ew_run(float *x, const float *bias, long rows, long cols, bool gelu) {
+  enum { MAXT = 64 };
+  int nth = tc_threads() < MAXT ? tc_threads() : MAXT;
+  ew_part part[MAXT];
+  pthread_t th[MAXT];
+  for (int t = 0; t < nth; t++)
+    part[t] = (ew_part){x, bias, rows * t / nth, rows * (t + 1) / nth, cols, gelu};
+  int started = 1;
+  for (; started < nth; started++)
+    if (pthread_create(&th[started], NULL, ew_rows, &part[started]) != 0) break;
+  ew_rows(&part[0]);
+  for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
+  for (int t = started; t < nth; t++) ew_rows(&part[t]); /* threads that did not start */
+}
+
+static void w6m_direct(wl *w) {
+  (void)w;
+  sgemm_nn(dir.x, dir.w1, dir.y, 256, 1024, 4096);
+}
+static void w6m_direct_check(wl *w) {
+  w6m_direct(w);
+  mm_check_samples(dir.x, dir.w1, dir.y, 256, 1024, 4096, "OpenBLAS matmul");
+}
+static void w6_direct(wl *w) {
+  (void)w;
+  sgemm_nn(dir.x, dir.w1, dir.h, 256, 1024, 4096);
+  sgemm_nn(dir.h, dir.w2, dir.y, 256, 4096, 1024);
+}
+static void w6_direct_check(wl *w) {
+  w6_direct(w);
+  mm_check_samples(dir.x, dir.w1, dir.h, 256, 1024, 4096, "OpenBLAS matmul 1");
+  mm_check_samples(dir.h, dir.w2, dir.y, 256, 4096, 1024, "OpenBLAS matmul 2");
+}
+static void w10_direct(wl *w) {
+  (void)w;
+  sgemm_nn(dir.x, dir.w1, dir.h, 256, 1024, 4096);
+  ew_run(dir.h, dir.b1, 256, 4096, true);
+  sgemm_nn(dir.h, dir.w2, dir.y, 256, 4096, 1024);
+  ew_run(dir.y, dir.b2, 256, 1024, false);
+}
+static void w10_direct_check(wl *w) {
+  w10_direct(w);
+  mlp_check_rows(w, dir.y, "OpenBLAS mlp");
+}
+#define DIRECT(f) f##_direct, f##_direct_check
+#else
+#define DIRECT(f) NULL, NULL
+#endif
 
 /* W7: one Adam step over 16M f32 params, in place, as a user writes it. */
 #define ADAM_LR 1e-3
@@ -650,22 +766,41 @@ static wl workloads[] = {
    0, 0, "", {0}, {0}, 0, 0},
   {"W7", "Adam step 16M f32 in place", w7_setup, w7_step, w7_check, 1, 7.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0},
    {0}, 0, 0},
+  {"W10", "MLP + bias/gelu epilogues", w6_setup, w6_iter, w6_check, 1, 0, 2.0 * 256 * 1024 * 4096 * 2, {0}, 0, 0,
+   0, "", {0}, {0}, 0, 0},
 };
 #define NWL ((int)(sizeof workloads / sizeof workloads[0]))
 
+/* Workloads with an OpenBLAS-direct column: the same work with OpenBLAS
+** called directly (run, check), and its result, by workload index. */
+typedef struct {
+  const char *id;
+  void (*run)(wl *);
+  void (*check)(wl *);
+} direct_fn;
+static const direct_fn directs[] = {{"W6", DIRECT(w6)}, {"W6m", DIRECT(w6m)}, {"W10", DIRECT(w10)}};
+static result dir_res[NWL];
+
+static const direct_fn *direct_of(const wl *w) {
+  for (size_t i = 0; i < sizeof directs / sizeof directs[0]; i++)
+    if (!strcmp(directs[i].id, w->id) && directs[i].run) return &directs[i];
+  return NULL;
+}
+static result *dir_of(const wl *w) { return &dir_res[w - workloads]; }
+
 /* -- Running ---------------------------------------------------------------- */
 
-static void measure(wl *w, result *r, int warmup) {
+static void measure_fn(wl *w, void (*fn)(wl *), result *r, int warmup) {
   long inner = w->inner;
   tc_stats s0, s1;
   for (int i = 0; i < warmup; i++)
-    for (long k = 0; k < inner; k++) w->iter(w);
+    for (long k = 0; k < inner; k++) fn(w);
   r->n = opt.reps;
   cpu_snap c0 = cpu_snap_take();
   tc_stats_get(&s0);
   for (int i = 0; i < r->n; i++) {
     double t0 = now_s();
-    for (long k = 0; k < inner; k++) w->iter(w);
+    for (long k = 0; k < inner; k++) fn(w);
     r->samples[i] = (now_s() - t0) / (double)inner;
   }
   tc_stats_get(&s1);
@@ -681,6 +816,88 @@ static void measure(wl *w, result *r, int warmup) {
   r->regions_compiled = s1.regions_compiled - s0.regions_compiled;
   r->kernels_compiled = s1.kernels_compiled - s0.kernels_compiled;
   r->ok = true;
+}
+
+static void measure(wl *w, result *r, int warmup) { measure_fn(w, w->iter, r, warmup); }
+
+/* The OpenBLAS-direct comparison: samples of tc eager, tc compiled (with
+** --compiled) and OpenBLAS called directly, taken in turn, so that a busy
+** moment of the machine hits all of them alike; each after a pause of
+** DIRECT_PAUSE_MS, because OpenBLAS's idle threads poll (yielding) for about
+** 2^28 cycles after each call and would slow whatever runs next. OpenBLAS
+** gets tc's thread count for its own samples only (tc keeps it at one). */
+#define DIRECT_PAUSE_MS 150
+
+static result dir_eager[NWL], dir_comp[NWL];   /* tc's samples taken in turn */
+
+#ifdef TC_HAVE_CBLAS
+/* Busy-wait (a sleep lets this VM's idle vCPU slow down: every sample
+** after one ran ~30% slower, tc and OpenBLAS alike). */
+static void pause_ms(long ms) {
+  double end = now_s() + (double)ms * 1e-3;
+  while (now_s() < end) {
+  }
+}
+
+static double sample(wl *w, void (*fn)(wl *)) {
+  pause_ms(DIRECT_PAUSE_MS);
+  double t0 = now_s();
+  fn(w);
+  return now_s() - t0;
+}
+
+static void run_direct(wl *w) {
+  openblas_set_num_threads(tc_threads());
+  direct_of(w)->run(w);
+  openblas_set_num_threads(1);
+}
+
+static void check_direct(wl *w) {
+  openblas_set_num_threads(tc_threads());
+  direct_of(w)->check(w);
+  openblas_set_num_threads(1);
+}
+
+static void finish(result *r, int n) {
+  r->n = n;
+  r->med = median(r->samples, n);
+  r->min = r->max = r->samples[0];
+  for (int i = 1; i < n; i++) {
+    r->min = fmin(r->min, r->samples[i]);
+    r->max = fmax(r->max, r->samples[i]);
+  }
+  r->ok = true;
+}
+#endif
+
+static void measure_direct(wl *w) {
+#ifdef TC_HAVE_CBLAS
+  int i = (int)(w - workloads);
+  result *d = dir_of(w), *e = &dir_eager[i], *c = &dir_comp[i];
+  dir_inputs(w);
+  check_direct(w);
+  for (int k = 0; k < opt.warmup; k++) run_direct(w);
+  cpu_snap c0 = cpu_snap_take();
+  for (int r = 0; r < opt.reps; r++) {
+    tc_compile_set(false);
+    e->samples[r] = sample(w, w->iter);
+    if (opt.compiled) {
+      tc_compile_set(true);
+      c->samples[r] = sample(w, w->iter);
+      tc_compile_set(false);
+    }
+    d->samples[r] = sample(w, run_direct);
+  }
+  d->others = e->others = c->others = cpu_others(c0, cpu_snap_take(), &d->steal);
+  finish(d, opt.reps);
+  finish(e, opt.reps);
+  if (opt.compiled) finish(c, opt.reps);
+  check_direct(w);
+  while (naliases) tc_release(aliases[--naliases]);
+  pause_ms(300);
+#else
+  (void)w;
+#endif
 }
 
 static void check(wl *w) {
@@ -720,6 +937,7 @@ static void run_workload(wl *w) {
     w->cold_kernels = c1.kernels_compiled - c0.kernels_compiled;
     w->cold_ms = c1.compile_ms - c0.compile_ms;
   }
+  if (direct_of(w)) measure_direct(w);
   for (int i = 0; i < 8; i++) tc_release(w->t[i]);
   fail_jmp = NULL;
 }
@@ -766,6 +984,81 @@ static void json_result(FILE *f, const char *key, const wl *w, const result *r, 
           (unsigned long long)r->regions_compiled, (unsigned long long)r->kernels_compiled);
 }
 
+/* The kernel set OpenBLAS chose for this CPU, or NULL without OpenBLAS. */
+static const char *blas_core(void) {
+#if defined(TC_HAVE_CBLAS) && defined(OPENBLAS_VERSION)
+  return openblas_get_corename();
+#else
+  return NULL;
+#endif
+}
+
+/* Whether OpenBLAS's kernels are older than this CPU's vector ISA (it fell
+** back to a generic core because it does not know the CPU). */
+static bool blas_core_behind(const char *core) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const char *const avx2_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+  bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  if (!avx2) return false;
+  for (size_t i = avx512 ? 2 : 0; i < sizeof avx2_cores / sizeof avx2_cores[0]; i++)
+    if (!strcasecmp(core, avx2_cores[i])) return false;
+  return true;
+#else
+  (void)core;
+  return false;
+#endif
+}
+
+static const char *isa_name(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f")) return "AVX-512";
+  if (__builtin_cpu_supports("avx2")) return "AVX2";
+  return "x86-64";
+#else
+  return "?";
+#endif
+}
+
+/* W6, W6m, W10 beside OpenBLAS called directly in the same run. */
+static void print_direct(int nth) {
+  bool any = false;
+  for (int i = 0; i < NWL; i++) any |= workloads[i].selected && dir_res[i].ok;
+  if (!any) return;
+  const char *core = blas_core() ? blas_core() : "?";
+  printf("\nOpenBLAS called directly (cblas_sgemm, its own %d thread%s, core %s), same run: samples of tc and\n"
+         "OpenBLAS taken in turn (%d each, %d ms apart); medians; tc/dir = OpenBLAS time / tc time (100%% = as fast):\n",
+         nth, nth == 1 ? "" : "s", core, opt.reps, DIRECT_PAUSE_MS);
+  printf("%-4s %-31s %12s %15s %15s %7s", "id", "workload", "direct", "achieved", "tc eager", "tc/dir");
+  if (opt.compiled) printf(" %15s %7s", "tc compiled", "tc/dir");
+  printf("\n");
+  for (int i = 0; i < NWL; i++) {
+    const wl *w = &workloads[i];
+    const result *d = &dir_res[i], *e = &dir_eager[i], *c = &dir_comp[i];
+    if (!w->selected || !d->ok || !e->ok) continue;
+    char t[32], a[32], ea[32], ca[32];
+    fmt_time(t, sizeof t, w, d->med);
+    fmt_rate(a, sizeof a, w, d->med);
+    fmt_rate(ea, sizeof ea, w, e->med);
+    printf("%-4s %-31s %12s %15s %15s %6.1f%%", w->id, w->name, t, a, ea, 100.0 * d->med / e->med);
+    if (opt.compiled && c->ok) {
+      fmt_rate(ca, sizeof ca, w, c->med);
+      printf(" %15s %6.1f%%", ca, 100.0 * d->med / c->med);
+    }
+    printf("\n");
+  }
+  printf("direct: W6m, W6 the matmuls alone (W6's tc figure includes its bias adds and GELU); W10 the same MLP\n"
+         "        with its elementwise ops too, one plain loop each (libm tanhf), rows split over %d pthread%s\n",
+         nth, nth == 1 ? "" : "s");
+  for (int i = 0; i < NWL; i++)
+    if (workloads[i].selected && dir_res[i].ok && dir_res[i].others + dir_res[i].steal > 0.10)
+      printf("note: %s: other processes used %.0f%% of the CPUs during the comparison; not reliable\n",
+             workloads[i].id, 100 * dir_res[i].others);
+  if (blas_core_behind(core))
+    printf("note: OpenBLAS runs its %s kernels, older than this CPU's %s (0.3.21 falls back to Prescott on\n"
+           "      CPUs it does not know); OPENBLAS_CORETYPE=%s gives its best kernels, the fairer comparison\n",
+           core, isa_name(), strcmp(isa_name(), "AVX-512") ? "Haswell" : "SkylakeX");
+}
+
 static void write_json(const char *path, int nth, double bw1, double bwn, double bwn_end, double bwnt) {
   FILE *f = fopen(path, "w");
   if (!f) {
@@ -781,6 +1074,11 @@ static void write_json(const char *path, int nth, double bw1, double bwn, double
           "\"gbs_1thread\": %.4f, \"gbs_all_threads\": %.4f, \"gbs_all_threads_at_end\": %.4f, "
           "\"gbs_all_threads_streaming_stores\": %.4f},\n",
           opt.triad_n, bw1, bwn, bwn_end, bwnt);
+  if (blas_core()) {
+    fprintf(f, "  \"openblas_core\": ");
+    json_str(f, blas_core());
+    fprintf(f, ",\n");
+  }
   fprintf(f, "  \"workloads\": [");
   bool first = true;
   for (int i = 0; i < NWL; i++) {
@@ -802,6 +1100,11 @@ static void write_json(const char *path, int nth, double bw1, double bwn, double
     }
     if (w->eager.ok) json_result(f, "eager", w, &w->eager, floor_s);
     if (w->comp.ok) json_result(f, "compiled", w, &w->comp, floor_s);
+    if (dir_of(w)->ok) {
+      json_result(f, "openblas_direct", w, dir_of(w), floor_s);
+      json_result(f, "eager_beside_direct", w, &dir_eager[w - workloads], floor_s);
+      if (dir_comp[w - workloads].ok) json_result(f, "compiled_beside_direct", w, &dir_comp[w - workloads], floor_s);
+    }
     fprintf(f, "}");
   }
   fprintf(f, "\n  ]\n}\n");
@@ -826,9 +1129,9 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
       }
     fclose(ci);
   }
-  printf("\ntc-bench: %d tc thread%s (%ld cpus online, %s); median of %d runs after %d warm-up%s%s\n", nth,
-         nth == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), cpu, opt.reps, opt.warmup, opt.warmup == 1 ? "" : "s",
-         opt.quick ? " [--quick]" : "");
+  printf("\ntc-bench: %d tc thread%s (%ld cpus online, %s, %s); median of %d runs after %d warm-up%s%s\n", nth,
+         nth == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), cpu, isa_name(), opt.reps, opt.warmup,
+         opt.warmup == 1 ? "" : "s", opt.quick ? " [--quick]" : "");
   printf("floor: STREAM triad (a = b + s*c, %ld doubles/array, 24 B/elem): 1 thread %.1f GB/s, %d thread%s %.1f GB/s"
          " (at end: %.1f GB/s)\n",
          opt.triad_n, bw1, nth, nth == 1 ? "" : "s", bwn, bwn_end);
@@ -885,6 +1188,7 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
     printf("\n");
     if (w->failed) printf("     FAILED (compiled): %s\n", w->err);
   }
+  print_direct(nth);
   for (int i = 0; i < NWL; i++) {
     const wl *w = &workloads[i];
     if (w->selected && w->eager.ok && w->eager.pool_misses > 0)
@@ -933,7 +1237,7 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
          "            W4 counts only x: a fused kernel never stores x*x; MB = 1e6 bytes)\n"
          "  floor     bytes / triad bandwidth at %d thread%s: the time the memory system alone needs\n"
          "  ratio     time / floor; 1.00x is the bandwidth bound, higher is slower\n"
-         "  achieved  bytes / time (GB/s = 1e9 B/s); W6: useful GFLOP/s (2*m*k*n per matmul); W5: ops/s\n",
+         "  achieved  bytes / time (GB/s = 1e9 B/s); W6, W6m, W10: useful GFLOP/s (2*m*k*n per matmul); W5: ops/s\n",
          nth, nth == 1 ? "" : "s");
   if (opt.compiled)
     printf("  compiled  the same workload after tc_compile_set(true) and %d more warm-ups; regions =\n"
@@ -948,7 +1252,7 @@ static void usage(FILE *f) {
           "usage: tc-bench [--quick] [--compiled] [--only ID,ID...] [--json FILE] [--reps N] [--keep-going]\n"
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
-          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W3 W4 W4b W5 W6 W6m W7)\n"
+          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W3 W4 W4b W5 W6 W6m W7 W10)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"

@@ -130,15 +130,58 @@ double eager_combine_f64(double *p, int64_t m);
 /* Matmul: C (m x n, row-major, ldc) = op(A) @ op(B), where op(A) is m x k
 ** and op(B) is k x n. A is stored row-major with leading dim lda, or, when
 ** ta, as its transpose (k x m row-major: a column-major view); B likewise.
-** The BLAS or the blocked fallback, chosen at build time (meson option
-** blas). Uses the thread pool or the BLAS's own threads. */
+** C is overwritten, never read; k == 0 gives zeros (A and B unread). Runs
+** on the thread pool. Results are bitwise independent of the thread count
+** (gemm.h says exactly what they depend on). tc's own packed kernel, or
+** the BLAS on CPUs it has no kernel for (gemm.h, "paths"). */
 void eager_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const float *a, int64_t lda, const float *b, int64_t ldb,
                     float *c, int64_t ldc);
 void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const double *a, int64_t lda, const double *b,
                     int64_t ldb, double *c, int64_t ldc);
+
+/* An epilogue: called as ep(ctx, i0, i1, j0, j1) for the tile of C rows
+** [i0, i1) x columns [j0, j1). */
+typedef void (*eager_gemm_epilogue)(void *ctx, int64_t i0, int64_t i1,
+                                    int64_t j0, int64_t j1);
+/* eager_gemm_* with an epilogue (ep NULL: none). The tiles partition C:
+** each element is in exactly one, and ep is called once per tile, right
+** after that tile's values are final, on the thread that computed them
+** (while they are in its cache), possibly at the same time as other
+** tiles on other threads; in no particular order. So ep may read and
+** rewrite its tile of C in place (an elementwise function of C, bias,
+** activation, residual: the result is the same as applying it to all of
+** C afterwards, bitwise) but must not touch C outside its tile. Tiles are
+** at most 280 rows x 512 bytes of a row (own kernel: 128 f32 or 64 f64
+** columns; 256 x 256 elements on the BLAS path). Which tiles, and which
+** thread runs each, may change with the thread count (the own kernel cuts
+** C for it), so an epilogue must be elementwise: then its result cannot.
+** ep usually runs inside a pool job, where its own eager_parallel calls
+** run serially. */
+void eager_gemm_f32_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float *c, int64_t ldc,
+                       eager_gemm_epilogue ep, void *ctx);
+void eager_gemm_f64_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const double *a, int64_t lda, const double *b,
+                       int64_t ldb, double *c, int64_t ldc,
+                       eager_gemm_epilogue ep, void *ctx);
+
+/* The MATMUL op (c as the dispatcher gives it: in[0] @ in[1], 2-D or
+** batched 3-D, any layouts and float dtypes) with an epilogue: returns the
+** new contiguous result (one reference; NULL with the error set), and has
+** called ep(ctx, out, batch, i0, i1, j0, j1) once for each tile of each
+** batch's m x n matrix, as eager_gemm_*_ep promise (element (batch, i, j)
+** of out is at tensor_ptr(out) + ((batch * m + i) * n + j) elements;
+** 2-D: batch 0). ep may rewrite its tile of out in place, or write the
+** same tile of other buffers. ep NULL: the plain MATMUL kernel. */
+typedef void (*eager_matmul_epilogue)(void *ctx, tc_tensor *out,
+                                      int64_t batch, int64_t i0, int64_t i1,
+                                      int64_t j0, int64_t j1);
+tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
+                           void *ctx);
 const char *eager_gemm_backend(void);
-void eager_gemm_init(void);   /* at init: the BLAS single-threaded */
+void eager_gemm_init(void);   /* at init: path chosen, BLAS single-threaded */
 
 #endif

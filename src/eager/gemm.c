@@ -1,37 +1,37 @@
 /*
-** gemm.c -- C = op(A) @ op(B) for the eager CPU backend: the BLAS when the
-** build found one (TC_HAVE_CBLAS), else our own cache-blocked kernel, which
-** is always compiled (eager_gemm_blocked_*, gemm.h) so that it stays tested.
+** gemm.c -- C = op(A) @ op(B) for the eager CPU backend, with an optional
+** epilogue run on each finished tile of C while it is in cache (eager.h).
+** Three paths, chosen once per process (gemm.h): tc's own packed kernel
+** with AVX-512 or AVX2+FMA micro-kernels (x86, chosen at run time), the
+** same kernel with a portable C micro-kernel, and the BLAS on fixed tiles.
 **
-** The blocked kernel is the Goto/BLIS scheme: for each NC-column slab of C
-** and each KC-deep slice of k, pack op(B) into NR-wide micro-panels (L3);
-** for each MC-row block, pack op(A) into MR-tall micro-panels (L2); then a
-** register-blocked MR x NR micro-kernel runs over the tiles, its B
-** micro-panel (KC x NR) staying in L1. The trans flags are absorbed by the
-** packing, so one micro-kernel serves all four cases. The micro-kernel is
-** plain C on GCC vector extensions (32 bytes: AVX2 at -march=x86-64-v3);
-** there is no FMA (-ffp-contract=off), but Zen 3 issues two multiplies and
-** two adds per cycle on separate pipes, so mul + add reaches the FMA peak
-** in principle.
+** The own kernel (Goto/BLIS blocking, reorganized for thread-count
+** independence and epilogues):
+** - C is cut into row blocks of up to ~270 rows and column blocks of
+**   EPW-column units (512 bytes of a row); a task is one (row block,
+**   column block) pair, and the pool's threads take tasks from a shared
+**   counter until none are left (the cut: plan(), a cost estimate). Which
+**   thread computes a tile, or how C is cut, never changes its bits: every
+**   element of C is the chain s = fma(a, b, s) over k in order from +0
+**   (gemm.h), whatever the blocking.
+** - Per task, for each KC-deep slice of k: the task's rows of op(A) are
+**   copied into a slice that stays in L2 (a row panel, each row KCP apart,
+**   or for a transposed A MR-wide column panels, both plain copies); then
+**   for each NR-column strip, the first MR-row micro-tile reads its B
+**   micro-panel straight from op(B) and packs it into an L1 buffer while it
+**   computes (so the only stream from memory overlaps arithmetic, with a
+**   prefetch GEMM_PD rows ahead), and the others reuse the packed panel.
+** - On the last k slice each strip's values are final: every EPW columns
+**   the epilogue runs on the row block x those columns (<= 280 x 512 B),
+**   still in L2, on the thread that computed them.
 **
-** Threads split C into contiguous slabs of whole micro-tiles (columns when
-** n >= m, else rows); each thread packs its own panels. Every element of C
-** is summed in the same order whatever the split (gemm.h), so results do
-** not depend on the thread count (DESIGN.md, principle 2).
+** The BLAS path (a build with one, on a CPU with neither AVX2 nor
+** AVX-512) runs it single-threaded on fixed tiles of C, as before: a
+** multi-threaded BLAS call sums differently with the thread count.
 **
-** Measured on the 2-core AMD EPYC (Zen 3) dev machine, GCC 12 -O3
-** -march=x86-64-v3 -ffp-contract=off, no trans, GFLOP/s (best of many
-** runs; the machine was shared). "OpenBLAS" is 0.3.21 as called here
-** (single-threaded BLAS on fixed tiles, see BLAS_TILE); in brackets, one
-** plain multi-threaded cblas call, which is not thread-count invariant:
-**
-**                          blocked 1T  OpenBLAS 1T  blocked 2T  OpenBLAS 2T
-**   f32 256x1024 @ 1024x4096     87       87 [91]     168       171 [179]
-**   f32 256x4096 @ 4096x1024     86       87 [92]     167       174 [179]
-**   f64 256x1024 @ 1024x4096     40       40 [43]      77        80 [84]
-**
-** With tb the B packing is a strided gather and costs ~5% more; at -O2
-** instead of -O3 the blocked kernel loses ~7%.
+** Measured on the 2-core Intel Xeon (AVX-512) dev machine, f32, thread CPU
+** time, GFLOP/s: see bench/README.md ("W6m") for the figures against
+** OpenBLAS in the same run.
 */
 #ifndef GEMM_T   /* ---- the file proper; the template is at the end ---- */
 
@@ -43,6 +43,13 @@
 #include <cblas.h>
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GEMM_X86 1
+#include <immintrin.h>
+#else
+#define GEMM_X86 0
+#endif
+
 #include "eager.h"
 #include "gemm.h"
 
@@ -50,6 +57,7 @@
 #define CAT(a, b) CAT_(a, b)
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Round n up to a multiple of r. */
 static inline int64_t round_up(int64_t n, int64_t r)
@@ -57,34 +65,141 @@ static inline int64_t round_up(int64_t n, int64_t r)
   return (n + r - 1) / r * r;
 }
 
-/* Below this many flops per range a thread is not worth waking. */
-#define GEMM_MIN_FLOPS (1 << 20)
+static inline int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
-/* -- Instantiations ---------------------------------------------------------
-** The template below is compiled once per element type. MR x NR is the
-** register tile: MR rows x (NR / VL) vectors = 12 accumulators, leaving 4
-** of the 16 ymm registers for the B vectors, the broadcast and a product.
-** MC x KC of A fits in L2 (512 KiB); KC x NR of B in L1 (32 KiB). */
+/* -- Blocking ---------------------------------------------------------------
+** None of these change results (gemm.h); they are sized for the caches of
+** the machines tc runs on (L1 32-48 KiB, L2 512 KiB - 2 MiB). */
+
+/* Below this many flops a call runs on the calling thread. */
+#define GEMM_MIN_FLOPS (1 << 22)
+/* Rows of op(B) the packing micro-kernel prefetches ahead. */
+#define GEMM_PD 24
+/* A row block's A slice (rows x KC) stays below this in L2. */
+#define GEMM_SLICE_BYTES (288 << 10)
+/* Epilogue tiles and task units: this many bytes of a row of C. */
+#define GEMM_EP_BYTES 512
+
+/* -- Paths ------------------------------------------------------------------ */
+
+static const char *const path_names[GEMM__MAX] = {
+  [GEMM_AUTO] = "auto", [GEMM_AVX512] = "avx512", [GEMM_AVX2] = "avx2",
+  [GEMM_PORTABLE] = "portable", [GEMM_BLAS] = "blas",
+};
+
+/* The portable micro-kernel fuses its multiply-adds where the build
+** targets FMA hardware (as approx.h does), else multiplies then adds. */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define PORTABLE_FMA 1
+#else
+#define PORTABLE_FMA 0
+#endif
+
+bool eager_gemm_path_available(gemm_path p)
+{
+#if GEMM_X86
+  __builtin_cpu_init();         /* in case this runs before constructors */
+#endif
+  switch (p) {
+  case GEMM_AUTO:
+  case GEMM_PORTABLE:
+    return true;
+#if GEMM_X86
+  case GEMM_AVX512:
+    return __builtin_cpu_supports("avx512f");
+  case GEMM_AVX2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+#ifdef TC_HAVE_CBLAS
+  case GEMM_BLAS:
+    return true;
+#endif
+  default:
+    return false;
+  }
+}
+
+bool eager_gemm_path_fma(gemm_path p)
+{
+  return p == GEMM_AVX512 || p == GEMM_AVX2
+         || (p == GEMM_PORTABLE && PORTABLE_FMA);
+}
+
+const char *eager_gemm_path_name(gemm_path p)
+{
+  return p >= 0 && p < GEMM__MAX ? path_names[p] : "?";
+}
+
+/* The best path here: the own kernel for the widest ISA, else the BLAS,
+** else the portable kernel. Depends on the CPU only. */
+static gemm_path path_detect(void)
+{
+  if (eager_gemm_path_available(GEMM_AVX512))
+    return GEMM_AVX512;
+  if (eager_gemm_path_available(GEMM_AVX2))
+    return GEMM_AVX2;
+  if (eager_gemm_path_available(GEMM_BLAS))
+    return GEMM_BLAS;
+  return GEMM_PORTABLE;
+}
+
+static _Atomic int path_auto = -1;       /* path_detect(), once */
+static _Atomic int path_forced = GEMM_AUTO;
+
+gemm_path eager_gemm_path(void)
+{
+  int p = atomic_load_explicit(&path_forced, memory_order_relaxed);
+  if (p != GEMM_AUTO)
+    return (gemm_path)p;
+  p = atomic_load_explicit(&path_auto, memory_order_relaxed);
+  if (p < 0) {
+    p = path_detect();
+    atomic_store_explicit(&path_auto, p, memory_order_relaxed);
+  }
+  return (gemm_path)p;
+}
+
+bool eager_gemm_set_path(gemm_path p)
+{
+  if (p < 0 || p >= GEMM__MAX || !eager_gemm_path_available(p))
+    return false;
+  atomic_store_explicit(&path_forced, p, memory_order_relaxed);
+  return true;
+}
+
+/* -- Instantiations ----------------------------------------------------------
+** The template below is compiled once per element type: the x86
+** micro-kernels (gemm_micro.h), a portable one, packing, tasks. */
 
 #define GEMM_T float
 #define GEMM_SFX f32
-#define GEMM_VL 8
-#define GEMM_MR 6
-#define GEMM_NR 16
-#define GEMM_MC 120
-#define GEMM_NC 4096
+#define GEMM_FMA_FN __builtin_fmaf
+#define GEMM_KCP (GEMM_KC + 16)    /* 64 bytes of padding per row */
+#define GEMM_PT_VL 8               /* portable kernel: 6 x 16 */
+#define GEMM_PT_MR 6
+#define GEMM_PT_NR 16
+#if GEMM_X86
+#define GEMM_X_V512 __m512
+#define GEMM_X_V256 __m256
+#define GEMM_X(op) CAT(op, _ps)
+#endif
 #include "gemm.c"
 
 #define GEMM_T double
 #define GEMM_SFX f64
-#define GEMM_VL 4
-#define GEMM_MR 6
-#define GEMM_NR 8
-#define GEMM_MC 96
-#define GEMM_NC 2048
+#define GEMM_FMA_FN __builtin_fma
+#define GEMM_KCP (GEMM_KC + 8)
+#define GEMM_PT_VL 4               /* portable kernel: 6 x 8 */
+#define GEMM_PT_MR 6
+#define GEMM_PT_NR 8
+#if GEMM_X86
+#define GEMM_X_V512 __m512d
+#define GEMM_X_V256 __m256d
+#define GEMM_X(op) CAT(op, _pd)
+#endif
 #include "gemm.c"
 
-/* -- Entry points ------------------------------------------------------------ */
+/* -- The BLAS path ------------------------------------------------------------ */
 
 #ifdef TC_HAVE_CBLAS
 
@@ -118,7 +233,7 @@ static bool blas_ok(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 ** BLAS runs single-threaded, on tiles of C whose size depends on the shape
 ** alone, and our pool spreads the tiles over the threads. Tiles are at most
 ** BLAS_TILE square, evened out (384 columns: two of 192, not 256 + 128);
-** repacking A once per tile column and B once per tile row costs ~5%. */
+** each is also an epilogue tile (256 KiB of f32: in L2). */
 #define BLAS_TILE 256
 
 static void blas_init(void)
@@ -140,9 +255,11 @@ typedef struct {
   int64_t tiles_n;              /* tiles per row of tiles */
   const void *a, *b;            /* borrowed */
   void *c;                      /* borrowed */
+  eager_gemm_epilogue ep;       /* or NULL */
+  void *ep_ctx;                 /* borrowed */
 } blas_args;
 
-/* Tile t of C (row-major order over tiles), one BLAS call. */
+/* Tile t of C (row-major order over tiles), one BLAS call, its epilogue. */
 static void blas_tile(const blas_args *g, int64_t t)
 {
   int64_t i0 = t / g->tiles_n * g->tm, j0 = t % g->tiles_n * g->tn;
@@ -161,6 +278,8 @@ static void blas_tile(const blas_args *g, int64_t t)
                 (const float *)g->a + ao, (int)g->lda,
                 (const float *)g->b + bo, (int)g->ldb, 0.0f,
                 (float *)g->c + co, (int)g->ldc);
+  if (g->ep)
+    g->ep(g->ep_ctx, i0, i0 + mt, j0, j0 + nt);
 }
 
 /* Split len into even tiles of at most BLAS_TILE (multiples of 16 when
@@ -197,32 +316,58 @@ static bool blas_gemm(blas_args *g)
 
 #endif /* TC_HAVE_CBLAS */
 
+/* -- Entry points ------------------------------------------------------------ */
+
+void eager_gemm_f32_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float *c, int64_t ldc,
+                       eager_gemm_epilogue ep, void *ctx)
+{
+  gemm_path p = eager_gemm_path();
+#ifdef TC_HAVE_CBLAS
+  if (p == GEMM_BLAS) {
+    blas_args g = { .ta = ta, .tb = tb, .f64 = false, .m = m, .n = n,
+                    .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .a = a,
+                    .b = b, .c = c, .ep = ep, .ep_ctx = ctx };
+    if (m > 0 && n > 0 && k > 0 && blas_gemm(&g))
+      return;
+    p = GEMM_PORTABLE;
+  }
+#endif
+  own_f32(p, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ep, ctx);
+}
+
+void eager_gemm_f64_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const double *a, int64_t lda, const double *b,
+                       int64_t ldb, double *c, int64_t ldc,
+                       eager_gemm_epilogue ep, void *ctx)
+{
+  gemm_path p = eager_gemm_path();
+#ifdef TC_HAVE_CBLAS
+  if (p == GEMM_BLAS) {
+    blas_args g = { .ta = ta, .tb = tb, .f64 = true, .m = m, .n = n,
+                    .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .a = a,
+                    .b = b, .c = c, .ep = ep, .ep_ctx = ctx };
+    if (m > 0 && n > 0 && k > 0 && blas_gemm(&g))
+      return;
+    p = GEMM_PORTABLE;
+  }
+#endif
+  own_f64(p, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ep, ctx);
+}
+
 void eager_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const float *a, int64_t lda, const float *b, int64_t ldb,
                     float *c, int64_t ldc)
 {
-#ifdef TC_HAVE_CBLAS
-  blas_args g = { .ta = ta, .tb = tb, .f64 = false, .m = m, .n = n, .k = k,
-                  .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b,
-                  .c = c };
-  if (m > 0 && n > 0 && k > 0 && blas_gemm(&g))
-    return;
-#endif
-  eager_gemm_blocked_f32(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  eager_gemm_f32_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
 }
 
 void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const double *a, int64_t lda, const double *b,
                     int64_t ldb, double *c, int64_t ldc)
 {
-#ifdef TC_HAVE_CBLAS
-  blas_args g = { .ta = ta, .tb = tb, .f64 = true, .m = m, .n = n, .k = k,
-                  .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b,
-                  .c = c };
-  if (m > 0 && n > 0 && k > 0 && blas_gemm(&g))
-    return;
-#endif
-  eager_gemm_blocked_f64(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  eager_gemm_f64_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
 }
 
 /* At library init: OpenBLAS's own threads would otherwise spin (yielding)
@@ -232,275 +377,505 @@ void eager_gemm_init(void)
 #ifdef TC_HAVE_CBLAS
   blas_init();
 #endif
+  (void)eager_gemm_path();
 }
 
 const char *eager_gemm_backend(void)
 {
-#if defined(TC_HAVE_CBLAS) && defined(OPENBLAS_VERSION)
-  return "openblas (cblas)";
-#elif defined(TC_HAVE_CBLAS)
-  return "cblas";
+  switch (eager_gemm_path()) {
+  case GEMM_AVX512:
+    return "tc avx512";
+  case GEMM_AVX2:
+    return "tc avx2";
+#ifdef TC_HAVE_CBLAS
+  case GEMM_BLAS:
+#ifdef OPENBLAS_VERSION
+    return "openblas (cblas)";
 #else
-  return "blocked";
+    return "cblas";
 #endif
+#endif
+  default:
+    return "tc portable";
+  }
 }
 
 #else /* GEMM_T: ---- the template, included above once per type ---- */
 
 /* Names and types of this instantiation. */
 #define G(name) CAT(CAT(name, _), GEMM_SFX)
-#define NV (GEMM_NR / GEMM_VL)          /* vectors per tile row */
 
-typedef GEMM_T G(vec) __attribute__((vector_size(GEMM_VL * sizeof(GEMM_T))));
-/* The same vector at element alignment, for loads and stores of C. */
-typedef GEMM_T G(uvec) __attribute__((vector_size(GEMM_VL * sizeof(GEMM_T)),
-                                      aligned(sizeof(GEMM_T))));
+/* A micro-kernel: an h x NR tile of C (ldc) from a packed A slice and a
+** packed B micro-panel (gemm_micro.h); the _pack form (h = MR only) also
+** packs the B micro-panel from op(B) rows (ldb apart) into bout. */
+typedef void (*G(micro_fn))(int h, int64_t kc, const GEMM_T *a,
+                            const GEMM_T *b, GEMM_T *c, int64_t ldc,
+                            bool first);
+typedef void (*G(micro_pack_fn))(int64_t kc, const GEMM_T *a, GEMM_T *c,
+                                 int64_t ldc, bool first, const GEMM_T *bsrc,
+                                 int64_t ldb, GEMM_T *bout);
 
-_Static_assert(GEMM_NR % GEMM_VL == 0, "NR is whole vectors");
-_Static_assert(GEMM_MC % GEMM_MR == 0, "MC is whole micro-panels");
-_Static_assert(GEMM_NC % GEMM_NR == 0, "NC is whole micro-panels");
-
-/* Everything a range of C needs. */
+/* One ISA's kernels. */
 typedef struct {
+  int mr, nr;
+  bool fma;                     /* the chain uses fused multiply-adds */
+  G(micro_fn) rp, cp;           /* row-panel / column-panel A */
+  G(micro_pack_fn) rp_pack, cp_pack;   /* or NULL: pack B apart */
+} G(kern);
+
+/* -- x86 micro-kernels ---------------------------------------------------- */
+
+#if GEMM_X86
+
+#define MK_SFX CAT(avx512_, GEMM_SFX)
+#define MK_TARGET "avx512f,fma"
+#define MK_VL (64 / (int)sizeof(GEMM_T))
+#define MK_MR 14
+#define MK_NR (2 * MK_VL)
+#define MK_V GEMM_X_V512
+#define MK_LOADU(p) GEMM_X(_mm512_loadu)(p)
+#define MK_LOAD(p) GEMM_X(_mm512_load)(p)
+#define MK_STORE(p, v) GEMM_X(_mm512_store)(p, v)
+#define MK_STOREU(p, v) GEMM_X(_mm512_storeu)(p, v)
+#define MK_SET1(x) GEMM_X(_mm512_set1)(x)
+#define MK_ZERO() GEMM_X(_mm512_setzero)()
+#define MK_FMA(a, b, c) GEMM_X(_mm512_fmadd)(a, b, c)
+#include "gemm_micro.h"
+
+#define MK_SFX CAT(avx2_, GEMM_SFX)
+#define MK_TARGET "avx2,fma"
+#define MK_VL (32 / (int)sizeof(GEMM_T))
+#define MK_MR 6
+#define MK_NR (2 * MK_VL)
+#define MK_V GEMM_X_V256
+#define MK_LOADU(p) GEMM_X(_mm256_loadu)(p)
+#define MK_LOAD(p) GEMM_X(_mm256_load)(p)
+#define MK_STORE(p, v) GEMM_X(_mm256_store)(p, v)
+#define MK_STOREU(p, v) GEMM_X(_mm256_storeu)(p, v)
+#define MK_SET1(x) GEMM_X(_mm256_set1)(x)
+#define MK_ZERO() GEMM_X(_mm256_setzero)()
+#define MK_FMA(a, b, c) GEMM_X(_mm256_fmadd)(a, b, c)
+#include "gemm_micro.h"
+
+static const G(kern) G(kern_avx512) = {
+  14, 128 / (int)sizeof(GEMM_T), true,
+  G(micro_rp_avx512), G(micro_cp_avx512),
+  G(micro_rp_pack_avx512), G(micro_cp_pack_avx512),
+};
+static const G(kern) G(kern_avx2) = {
+  6, 64 / (int)sizeof(GEMM_T), true,
+  G(micro_rp_avx2), G(micro_cp_avx2),
+  G(micro_rp_pack_avx2), G(micro_cp_pack_avx2),
+};
+
+#undef GEMM_X_V512
+#undef GEMM_X_V256
+#undef GEMM_X
+
+#endif /* GEMM_X86 */
+
+/* -- Portable micro-kernel -------------------------------------------------
+** Plain C that GCC vectorizes (GEMM_PT_VL lanes per vector); the same
+** chain as the x86 kernels when the build targets FMA hardware. */
+
+#if PORTABLE_FMA
+#define PT_FMA(a, b, c) GEMM_FMA_FN(a, b, c)
+#else
+#define PT_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+_Static_assert(GEMM_PT_NR % GEMM_PT_VL == 0, "NR is whole vectors");
+
+static inline __attribute__((always_inline)) void
+G(pt_body)(const int H, const int64_t ars, const int64_t acs, int64_t kc,
+           const GEMM_T *restrict a, const GEMM_T *restrict b,
+           GEMM_T *restrict c, int64_t ldc, bool first)
+{
+  GEMM_T acc[GEMM_PT_MR][GEMM_PT_NR] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+  for (int i = 0; i < H; i++)
+#pragma GCC unroll 16
+    for (int j = 0; j < GEMM_PT_NR; j++)
+      acc[i][j] = first ? 0 : c[i * ldc + j];
+  for (int64_t p = 0; p < kc; p++, a += acs, b += GEMM_PT_NR) {
+#pragma GCC unroll 8
+    for (int i = 0; i < H; i++) {
+      GEMM_T ai = a[i * ars];
+#pragma GCC unroll 16
+      for (int j = 0; j < GEMM_PT_NR; j++)
+        acc[i][j] = PT_FMA(ai, b[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < H; i++)
+#pragma GCC unroll 16
+    for (int j = 0; j < GEMM_PT_NR; j++)
+      c[i * ldc + j] = acc[i][j];
+}
+
+#define PT_CASES(ARS, ACS)                                                   \
+  switch (h) {                                                               \
+  case GEMM_PT_MR:                                                           \
+    G(pt_body)(GEMM_PT_MR, ARS, ACS, kc, a, b, c, ldc, first);               \
+    break;                                                                   \
+  case 4:                                                                    \
+    G(pt_body)(4, ARS, ACS, kc, a, b, c, ldc, first);                        \
+    break;                                                                   \
+  case 2:                                                                    \
+    G(pt_body)(2, ARS, ACS, kc, a, b, c, ldc, first);                        \
+    break;                                                                   \
+  default:                                                                   \
+    G(pt_body)(1, ARS, ACS, kc, a, b, c, ldc, first);                        \
+    break;                                                                   \
+  }
+
+static void G(pt_rp)(int h, int64_t kc, const GEMM_T *a, const GEMM_T *b,
+                     GEMM_T *c, int64_t ldc, bool first)
+{
+  PT_CASES(GEMM_KCP, 1)
+}
+
+static void G(pt_cp)(int h, int64_t kc, const GEMM_T *a, const GEMM_T *b,
+                     GEMM_T *c, int64_t ldc, bool first)
+{
+  PT_CASES(1, GEMM_PT_MR)
+}
+
+#undef PT_CASES
+
+static const G(kern) G(kern_portable) = {
+  GEMM_PT_MR, GEMM_PT_NR, PORTABLE_FMA, G(pt_rp), G(pt_cp), NULL, NULL,
+};
+
+static const G(kern) *G(kern_of)(gemm_path p)
+{
+#if GEMM_X86
+  if (p == GEMM_AVX512)
+    return &G(kern_avx512);
+  if (p == GEMM_AVX2)
+    return &G(kern_avx2);
+#endif
+  (void)p;
+  return &G(kern_portable);
+}
+
+/* The largest height <= rows that the kernels have (MR, 8 if MR > 8, 4,
+** 2, 1): a short panel is computed as a few of these, never padded. */
+static inline int G(height)(const G(kern) *kr, int64_t rows)
+{
+  if (rows >= kr->mr)
+    return kr->mr;
+  if (rows >= 8 && kr->mr > 8)
+    return 8;
+  return rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+}
+
+/* -- One call --------------------------------------------------------------- */
+
+/* A call and its cut into tasks (shared by the threads; read-only but for
+** the task counter). */
+typedef struct {
+  const G(kern) *kr;            /* borrowed (static) */
   bool ta, tb;
-  int64_t m, n, k;
+  int64_t m, n, k, lda, ldb, ldc;
   const GEMM_T *a, *b;          /* borrowed */
-  int64_t lda, ldb, ldc;
   GEMM_T *c;                    /* borrowed */
-  bool split_n;                 /* ranges are NR-column units, else MR rows */
-} G(gemm_args);
+  eager_gemm_epilogue ep;       /* or NULL */
+  void *ep_ctx;                 /* borrowed */
+  int64_t mb;                   /* rows per row block */
+  int64_t epw;                  /* columns per epilogue tile */
+  int64_t nt;                   /* columns per task (a multiple of epw) */
+  int64_t ncb, ntasks;          /* column blocks, tasks */
+  _Atomic int64_t next;         /* next task to take */
+} G(job);
+
+/* One thread's buffers: the A slice, the B micro-panel, an edge tile. */
+typedef struct {
+  GEMM_T *a, *b, *t;            /* owned (one block from tensor_alloc) */
+  size_t bytes;
+} G(scratch);
+
+static bool G(scratch_get)(const G(job) *J, G(scratch) *W)
+{
+  const G(kern) *kr = J->kr;
+  size_t na = (size_t)round_up(J->mb, kr->mr) * GEMM_KCP;
+  size_t nb = (size_t)GEMM_KC * (size_t)kr->nr;
+  size_t nt = (size_t)kr->mr * (size_t)kr->nr;
+  size_t sa = (size_t)round_up((int64_t)(na * sizeof(GEMM_T)), 64);
+  size_t sb = (size_t)round_up((int64_t)(nb * sizeof(GEMM_T)), 64);
+  W->bytes = sa + sb + nt * sizeof(GEMM_T);
+  char *p = tensor_alloc(W->bytes);
+  if (!p)
+    return false;
+  W->a = (GEMM_T *)p;
+  W->b = (GEMM_T *)(p + sa);
+  W->t = (GEMM_T *)(p + sa + sb);
+  return true;
+}
 
 /* -- Packing ------------------------------------------------------------------ */
 
-/* Pack op(A)[i0 .. i0+mc, p0 .. p0+kc) into MR-row micro-panels: panel r
-** holds ap[r*kc*MR + p*MR + i] = op(A)[i0 + r*MR + i][p0 + p], zero-padded
-** to whole panels. */
-static void G(pack_a)(const G(gemm_args) *g, int64_t i0, int64_t mc,
-                      int64_t p0, int64_t kc, GEMM_T *restrict ap)
+/* op(A)[i0 .. i1, pc .. pc+kc) into the slice: not transposed, row r at
+** ap[r * KCP] (plain copies of A's rows); transposed, MR-row panels, panel
+** q at ap[q * MR * KC] holding row r, step p at [p * MR + r] (plain copies
+** of A's rows too, MR elements at a time). Nothing is padded: the kernels
+** read only the rows a tile has. */
+static void G(pack_a)(const G(job) *J, int64_t i0, int64_t i1, int64_t pc,
+                      int64_t kc, GEMM_T *restrict ap)
 {
-  for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
-    int64_t mr = min64(GEMM_MR, mc - ir);
-    GEMM_T *restrict dst = ap + ir * kc;
-    if (g->ta) {                /* A is k x m: rows of op(A) are columns */
-      const GEMM_T *src = g->a + p0 * g->lda + (i0 + ir);
-      for (int64_t p = 0; p < kc; p++, src += g->lda, dst += GEMM_MR) {
-        int64_t i = 0;
-        for (; i < mr; i++)
-          dst[i] = src[i];
-        for (; i < GEMM_MR; i++)
-          dst[i] = 0;
-      }
-    } else {
-      const GEMM_T *src = g->a + (i0 + ir) * g->lda + p0;
-      if (mr == GEMM_MR) {
-        for (int64_t p = 0; p < kc; p++, dst += GEMM_MR)
-          for (int64_t i = 0; i < GEMM_MR; i++)
-            dst[i] = src[i * g->lda + p];
-      } else {
-        for (int64_t p = 0; p < kc; p++, dst += GEMM_MR) {
-          int64_t i = 0;
-          for (; i < mr; i++)
-            dst[i] = src[i * g->lda + p];
-          for (; i < GEMM_MR; i++)
-            dst[i] = 0;
-        }
-      }
-    }
-  }
-}
-
-/* Pack op(B)[p0 .. p0+kc, j0 .. j0+nc) into NR-column micro-panels:
-** bp[r*kc*NR + p*NR + j] = op(B)[p0 + p][j0 + r*NR + j], zero-padded. */
-static void G(pack_b)(const G(gemm_args) *g, int64_t p0, int64_t kc,
-                      int64_t j0, int64_t nc, GEMM_T *restrict bp)
-{
-  for (int64_t jr = 0; jr < nc; jr += GEMM_NR) {
-    int64_t nr = min64(GEMM_NR, nc - jr);
-    GEMM_T *restrict dst = bp + jr * kc;
-    if (g->tb) {                /* B is n x k: gather NR rows, write along */
-      const GEMM_T *src = g->b + (j0 + jr) * g->ldb + p0;
-      if (nr == GEMM_NR) {
-        for (int64_t p = 0; p < kc; p++, dst += GEMM_NR)
-#pragma GCC unroll 16
-          for (int64_t j = 0; j < GEMM_NR; j++)
-            dst[j] = src[j * g->ldb + p];
-      } else {
-        for (int64_t p = 0; p < kc; p++, dst += GEMM_NR) {
-          int64_t j = 0;
-          for (; j < nr; j++)
-            dst[j] = src[j * g->ldb + p];
-          for (; j < GEMM_NR; j++)
-            dst[j] = 0;
-        }
-      }
-    } else {
-      const GEMM_T *src = g->b + p0 * g->ldb + (j0 + jr);
-      if (nr == GEMM_NR) {
-        for (int64_t p = 0; p < kc; p++, src += g->ldb, dst += GEMM_NR)
-          memcpy(dst, src, sizeof(GEMM_T) * GEMM_NR);
-      } else {
-        for (int64_t p = 0; p < kc; p++, src += g->ldb, dst += GEMM_NR) {
-          int64_t j = 0;
-          for (; j < nr; j++)
-            dst[j] = src[j];
-          for (; j < GEMM_NR; j++)
-            dst[j] = 0;
-        }
-      }
-    }
-  }
-}
-
-/* -- Micro-kernel ------------------------------------------------------------- */
-
-/* C tile (mr x nr valid of MR x NR) = or += the sum over kc of the packed
-** panels' outer products. Accumulators start at +0 and run in k order;
-** first: C = acc, else C = C + acc (the order gemm.h promises). */
-static void G(micro)(int64_t kc, const GEMM_T *restrict ap,
-                     const GEMM_T *restrict bp, GEMM_T *restrict c,
-                     int64_t ldc, int64_t mr, int64_t nr, bool first)
-{
-  G(vec) acc[GEMM_MR][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < GEMM_MR; i++)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; v++)
-      acc[i][v] = (G(vec)){ 0 };
-
-  for (int64_t p = 0; p < kc; p++, ap += GEMM_MR, bp += GEMM_NR) {
-    G(vec) bv[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; v++)
-      bv[v] = *(const G(vec) *)(bp + v * GEMM_VL);
-#pragma GCC unroll 16
-    for (int i = 0; i < GEMM_MR; i++) {
-      GEMM_T ai = ap[i];
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; v++)
-        acc[i][v] += bv[v] * ai;
-    }
-  }
-
-  if (mr == GEMM_MR && nr == GEMM_NR) {
-#pragma GCC unroll 16
-    for (int i = 0; i < GEMM_MR; i++) {
-      G(uvec) *row = (G(uvec) *)(c + i * ldc);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; v++)
-        row[v] = first ? acc[i][v] : row[v] + acc[i][v];
-    }
+  if (!J->ta) {
+    for (int64_t i = i0; i < i1; i++)
+      memcpy(ap + (i - i0) * GEMM_KCP, J->a + i * J->lda + pc,
+             sizeof(GEMM_T) * (size_t)kc);
     return;
   }
-  /* Edge tile: spill the accumulators and copy the valid part. */
-  GEMM_T tile[GEMM_MR][GEMM_NR] __attribute__((aligned(64)));
-  memcpy(tile, acc, sizeof tile);
-  for (int64_t i = 0; i < mr; i++)
-    for (int64_t j = 0; j < nr; j++)
-      c[i * ldc + j] = first ? tile[i][j] : c[i * ldc + j] + tile[i][j];
+  int mr = J->kr->mr;
+  for (int64_t r0 = i0; r0 < i1; r0 += mr, ap += mr * GEMM_KC) {
+    int64_t h = min64(mr, i1 - r0);
+    const GEMM_T *src = J->a + pc * J->lda + r0;
+    for (int64_t p = 0; p < kc; p++, src += J->lda)
+      memcpy(ap + p * mr, src, sizeof(GEMM_T) * (size_t)h);
+  }
 }
 
-/* -- Blocking ----------------------------------------------------------------- */
-
-/* Without packing buffers (out of memory): the same sums in the same order,
-** one element at a time. Slow, but results match the blocked path. */
-static void G(unpacked)(const G(gemm_args) *g, int64_t i0, int64_t i1,
-                        int64_t j0, int64_t j1)
+/* op(B)[pc .. pc+kc, j0 .. j0+nr) into an NR-wide micro-panel, zero
+** padded: bp[p * NR + j]. For a transposed B or a last, narrow strip; full
+** strips of a plain B are packed by the micro-kernel as it goes. */
+static void G(pack_b)(const G(job) *J, int64_t pc, int64_t kc, int64_t j0,
+                      int64_t nr, GEMM_T *restrict bp)
 {
+  int NR = J->kr->nr;
+  if (nr < NR)
+    memset(bp, 0, sizeof(GEMM_T) * (size_t)(kc * NR));
+  if (J->tb) {                  /* B is n x k: read along its rows */
+    for (int64_t j = 0; j < nr; j++) {
+      const GEMM_T *src = J->b + (j0 + j) * J->ldb + pc;
+      for (int64_t p = 0; p < kc; p++)
+        bp[p * NR + j] = src[p];
+    }
+  } else {
+    const GEMM_T *src = J->b + pc * J->ldb + j0;
+    for (int64_t p = 0; p < kc; p++, src += J->ldb)
+      memcpy(bp + p * NR, src, sizeof(GEMM_T) * (size_t)nr);
+  }
+}
+
+/* -- Tasks -------------------------------------------------------------------- */
+
+/* Where row r of a row block starts in its A slice. */
+static inline const GEMM_T *G(a_row)(const G(job) *J, const GEMM_T *ap,
+                                     int64_t r)
+{
+  if (!J->ta)
+    return ap + r * GEMM_KCP;
+  int mr = J->kr->mr;
+  return ap + r / mr * mr * GEMM_KC + r % mr;
+}
+
+/* Fetch the next micro-tile of C (h rows of NR) while this one computes. */
+static inline void G(prefetch_c)(const GEMM_T *c, int64_t rows, int64_t ldc,
+                                 int nr)
+{
+  for (int64_t i = 0; i < rows; i++)
+    for (int l = 0; l < nr * (int)sizeof(GEMM_T); l += 64)
+      __builtin_prefetch((const char *)(c + i * ldc) + l, 1, 3);
+}
+
+/* Task t: C[i0 .. i1, j0 .. j1), every k slice, epilogues on the last. */
+static void G(task)(const G(job) *J, const G(scratch) *W, int64_t t)
+{
+  const G(kern) *kr = J->kr;
+  const int NR = kr->nr;
+  int64_t i0 = t / J->ncb * J->mb, i1 = min64(i0 + J->mb, J->m);
+  int64_t j0 = t % J->ncb * J->nt, j1 = min64(j0 + J->nt, J->n);
+  bool full_first = i1 - i0 >= kr->mr;
+  for (int64_t pc = 0; pc < J->k; pc += GEMM_KC) {
+    int64_t kc = min64(GEMM_KC, J->k - pc);
+    bool first = pc == 0, last = pc + kc == J->k;
+    G(pack_a)(J, i0, i1, pc, kc, W->a);
+    int64_t ep0 = j0;
+    for (int64_t jr = j0; jr < j1; jr += NR) {
+      int64_t nr = min64(NR, j1 - jr);
+      bool fuse = kr->rp_pack && !J->tb && nr == NR && full_first;
+      if (!fuse)
+        G(pack_b)(J, pc, kc, jr, nr, W->b);
+      for (int64_t ir = i0, h; ir < i1; ir += h) {
+        h = G(height)(kr, i1 - ir);
+        const GEMM_T *ar = G(a_row)(J, W->a, ir - i0);
+        GEMM_T *c = J->c + ir * J->ldc + jr;
+        if (nr < NR) {          /* last strip: through the edge tile */
+          for (int64_t i = 0; !first && i < h; i++)
+            memcpy(W->t + i * NR, c + i * J->ldc,
+                   sizeof(GEMM_T) * (size_t)nr);
+          (J->ta ? kr->cp : kr->rp)((int)h, kc, ar, W->b, W->t, NR, first);
+          for (int64_t i = 0; i < h; i++)
+            memcpy(c + i * J->ldc, W->t + i * NR,
+                   sizeof(GEMM_T) * (size_t)nr);
+          continue;
+        }
+        if (ir + h < i1)
+          G(prefetch_c)(c + h * J->ldc, min64(kr->mr, i1 - ir - h), J->ldc,
+                        NR);
+        if (fuse && ir == i0)
+          (J->ta ? kr->cp_pack : kr->rp_pack)(kc, ar, c, J->ldc, first,
+                                              J->b + pc * J->ldb + jr,
+                                              J->ldb, W->b);
+        else
+          (J->ta ? kr->cp : kr->rp)((int)h, kc, ar, W->b, c, J->ldc, first);
+      }
+      int64_t end = min64(jr + NR, j1);
+      if (last && J->ep && (end == j1 || (end - j0) % J->epw == 0)) {
+        J->ep(J->ep_ctx, i0, i1, ep0, end);
+        ep0 = end;
+      }
+    }
+  }
+}
+
+/* Without scratch memory: the same chains, one element at a time (slow,
+** but the same bits), then the epilogue on the task's tiles. */
+static void G(task_unpacked)(const G(job) *J, int64_t t)
+{
+  int64_t i0 = t / J->ncb * J->mb, i1 = min64(i0 + J->mb, J->m);
+  int64_t j0 = t % J->ncb * J->nt, j1 = min64(j0 + J->nt, J->n);
+  bool fma = J->kr->fma;
   for (int64_t i = i0; i < i1; i++)
-    for (int64_t j = j0; j < j1; j++)
-      for (int64_t p0 = 0; p0 < g->k; p0 += GEMM_KC) {
-        int64_t p1 = min64(p0 + GEMM_KC, g->k);
-        GEMM_T s = 0;
-        for (int64_t p = p0; p < p1; p++) {
-          GEMM_T x = g->ta ? g->a[p * g->lda + i] : g->a[i * g->lda + p];
-          GEMM_T y = g->tb ? g->b[j * g->ldb + p] : g->b[p * g->ldb + j];
-          s += x * y;
-        }
-        GEMM_T *cij = g->c + i * g->ldc + j;
-        *cij = p0 == 0 ? s : *cij + s;
+    for (int64_t j = j0; j < j1; j++) {
+      GEMM_T s = 0;
+      for (int64_t p = 0; p < J->k; p++) {
+        GEMM_T x = J->ta ? J->a[p * J->lda + i] : J->a[i * J->lda + p];
+        GEMM_T y = J->tb ? J->b[j * J->ldb + p] : J->b[p * J->ldb + j];
+        s = fma ? GEMM_FMA_FN(x, y, s) : s + x * y;
       }
+      J->c[i * J->ldc + j] = s;
+    }
+  for (int64_t e = j0; J->ep && e < j1; e += J->epw)
+    J->ep(J->ep_ctx, i0, i1, e, min64(e + J->epw, j1));
 }
 
-/* C[i0 .. i1, j0 .. j1) with this thread's own packing buffers. */
-static void G(block)(const G(gemm_args) *g, int64_t i0, int64_t i1,
-                     int64_t j0, int64_t j1)
+/* eager_range_fn: one per thread; takes tasks until none are left. */
+static void G(worker)(void *ctx, int64_t lo, int64_t hi)
 {
-  int64_t kcmax = min64(GEMM_KC, g->k);
-  int64_t mcmax = round_up(min64(GEMM_MC, i1 - i0), GEMM_MR);
-  int64_t ncmax = round_up(min64(GEMM_NC, j1 - j0), GEMM_NR);
-  size_t asz = (size_t)round_up(mcmax * kcmax * (int64_t)sizeof(GEMM_T), 64);
-  size_t bsz = (size_t)round_up(ncmax * kcmax * (int64_t)sizeof(GEMM_T), 64);
-  GEMM_T *ap = aligned_alloc(64, asz);
-  GEMM_T *bp = aligned_alloc(64, bsz);
-  if (!ap || !bp) {
-    free(ap);
-    free(bp);
-    G(unpacked)(g, i0, i1, j0, j1);
-    return;
+  (void)lo;
+  (void)hi;
+  G(job) *J = ctx;
+  G(scratch) W = { 0 };
+  bool ok = G(scratch_get)(J, &W);
+  for (;;) {
+    int64_t t = atomic_fetch_add_explicit(&J->next, 1, memory_order_relaxed);
+    if (t >= J->ntasks)
+      break;
+    if (ok)
+      G(task)(J, &W, t);
+    else
+      G(task_unpacked)(J, t);
   }
-  for (int64_t jc = j0; jc < j1; jc += GEMM_NC) {
-    int64_t nc = min64(GEMM_NC, j1 - jc);
-    for (int64_t pc = 0; pc < g->k; pc += GEMM_KC) {
-      int64_t kc = min64(GEMM_KC, g->k - pc);
-      G(pack_b)(g, pc, kc, jc, nc, bp);
-      for (int64_t ic = i0; ic < i1; ic += GEMM_MC) {
-        int64_t mc = min64(GEMM_MC, i1 - ic);
-        G(pack_a)(g, ic, mc, pc, kc, ap);
-        for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
-          for (int64_t ir = 0; ir < mc; ir += GEMM_MR)
-            G(micro)(kc, ap + ir * kc, bp + jr * kc,
-                     g->c + (ic + ir) * g->ldc + (jc + jr), g->ldc,
-                     min64(GEMM_MR, mc - ir), min64(GEMM_NR, nc - jr),
-                     pc == 0);
+  if (ok)
+    tensor_free_block(W.a, W.bytes);
+}
+
+/* The cut of C into tasks: rblocks x ncb, row blocks of mb rows (whole
+** micro-panels, the A slice within GEMM_SLICE_BYTES), column blocks of
+** whole epilogue units. Each task copies its A rows once per k slice (not
+** overlapped with arithmetic) and reads its B columns once (packed by the
+** micro-kernel, overlapped), so column blocks cost copies of A and row
+** blocks re-reads of B; threads taking tasks in turn want a number of
+** tasks that lets them finish together, and some slack for a busy machine.
+** The estimate below, in flops' time, weighs these (its constants fit the
+** W6 shapes on the Xeon: 1 x 2 tasks for 2 threads was the fastest of the
+** cuts tried, by up to 10%); it depends on the thread count, results do
+** not. */
+#define GEMM_COST_COPY_A 64     /* flops' time per element of A copied */
+#define GEMM_COST_READ_B 32     /* per element of B read by one more task */
+
+static void G(plan)(G(job) *J, int threads)
+{
+  const int64_t mr = J->kr->mr, m = J->m, n = J->n, k = J->k;
+  int64_t cap = GEMM_SLICE_BYTES / (GEMM_KCP * (int64_t)sizeof(GEMM_T));
+  /* Row blocks of at least 4 micro-panels; beyond 4 tasks per thread
+  ** more cuts only cost (so the search stays small). */
+  int64_t rb_min = ceil_div(m, cap);
+  int64_t rb_max = min64(max64(rb_min, m / (4 * mr)), rb_min + 4 * threads);
+  int64_t units = min64(ceil_div(n, J->epw), 4 * (int64_t)threads);
+  if (threads <= 1) {           /* one task: every copy once */
+    rb_max = rb_min;
+    units = 1;
+  }
+  double flops = 2.0 * (double)m * (double)n * (double)k, best = -1;
+  for (int64_t rb = rb_min; rb <= rb_max; rb++) {
+    int64_t mb = round_up(ceil_div(m, rb), mr);
+    if (ceil_div(m, mb) != rb)  /* the same cut as a smaller rb */
+      continue;
+    for (int64_t cb = 1; cb <= units; cb++) {
+      int64_t w = ceil_div(ceil_div(n, J->epw), cb);
+      if (ceil_div(ceil_div(n, J->epw), w) != cb)
+        continue;
+      int64_t tasks = rb * cb, rounds = ceil_div(tasks, threads);
+      double cost = flops * (double)(rounds * threads) / (double)tasks
+                    + GEMM_COST_COPY_A * (double)m * (double)k * (double)cb
+                    + GEMM_COST_READ_B * (double)k * (double)n * (double)rb;
+      if (tasks < 2 * (int64_t)threads)   /* no slack for a busy core */
+        cost += flops * 0.01 * (2.0 - (double)tasks / threads);
+      if (best < 0 || cost < best) {
+        best = cost;
+        J->mb = mb;
+        J->nt = w * J->epw;
       }
     }
   }
-  free(ap);
-  free(bp);
+  if (best < 0) {
+    J->mb = round_up(ceil_div(m, rb_min), mr);
+    J->nt = round_up(n, J->epw);
+  }
+  J->ncb = ceil_div(n, J->nt);
+  J->ntasks = ceil_div(m, J->mb) * J->ncb;
 }
 
-/* eager_range_fn: units of NR columns or MR rows (g->split_n). */
-static void G(range)(void *ctx, int64_t lo, int64_t hi)
-{
-  const G(gemm_args) *g = ctx;
-  if (g->split_n)
-    G(block)(g, 0, g->m, lo * GEMM_NR, min64(hi * GEMM_NR, g->n));
-  else
-    G(block)(g, lo * GEMM_MR, min64(hi * GEMM_MR, g->m), 0, g->n);
-}
-
-void G(eager_gemm_blocked)(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                           const GEMM_T *a, int64_t lda, const GEMM_T *b,
-                           int64_t ldb, GEMM_T *c, int64_t ldc)
+/* The own kernel for any m, n, k >= 0 (gemm.h). */
+static void G(own)(gemm_path path, bool ta, bool tb, int64_t m, int64_t n,
+                   int64_t k, const GEMM_T *a, int64_t lda, const GEMM_T *b,
+                   int64_t ldb, GEMM_T *c, int64_t ldc,
+                   eager_gemm_epilogue ep, void *ep_ctx)
 {
   if (m <= 0 || n <= 0)
     return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; i++)
-      memset(c + i * ldc, 0, sizeof(GEMM_T) * (size_t)n);
+  const G(kern) *kr = G(kern_of)(path);
+  G(job) J = { .kr = kr, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
+               .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b, .c = c,
+               .ep = ep, .ep_ctx = ep_ctx };
+  J.epw = GEMM_EP_BYTES / (int64_t)sizeof(GEMM_T);
+  double flops = 2.0 * (double)m * (double)n * (double)k;
+  int threads = flops < GEMM_MIN_FLOPS ? 1 : eager_cfg()->threads;
+  G(plan)(&J, threads);
+  atomic_init(&J.next, 0);
+  if (k <= 0) {                 /* C = 0 (A, B unread), the epilogues */
+    for (int64_t t = 0; t < J.ntasks; t++)
+      G(task_unpacked)(&J, t);
     return;
   }
-  G(gemm_args) g = { .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a,
-                     .b = b, .lda = lda, .ldb = ldb, .c = c, .ldc = ldc,
-                     .split_n = n >= m };
-  /* Splitting columns repeats the packing of A in every thread, splitting
-  ** rows that of B; repeat the smaller one. */
-  int64_t units = g.split_n ? (n + GEMM_NR - 1) / GEMM_NR
-                            : (m + GEMM_MR - 1) / GEMM_MR;
-  double unit_flops = 2.0 * (double)k * (double)(g.split_n ? m * GEMM_NR
-                                                           : n * GEMM_MR);
-  int64_t grain = (int64_t)(GEMM_MIN_FLOPS / unit_flops) + 1;
-  eager_parallel(units, grain, G(range), &g);
+  int64_t parts = min64(threads, J.ntasks);
+  if (parts <= 1)
+    G(worker)(&J, 0, 1);
+  else
+    eager_parallel(parts, 1, G(worker), &J);
+}
+
+void G(eager_gemm_portable)(bool ta, bool tb, int64_t m, int64_t n,
+                            int64_t k, const GEMM_T *a, int64_t lda,
+                            const GEMM_T *b, int64_t ldb, GEMM_T *c,
+                            int64_t ldc)
+{
+  G(own)(GEMM_PORTABLE, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
 }
 
 #undef G
-#undef NV
+#undef PT_FMA
 #undef GEMM_T
 #undef GEMM_SFX
-#undef GEMM_VL
-#undef GEMM_MR
-#undef GEMM_NR
-#undef GEMM_MC
-#undef GEMM_NC
+#undef GEMM_FMA_FN
+#undef GEMM_KCP
+#undef GEMM_PT_VL
+#undef GEMM_PT_MR
+#undef GEMM_PT_NR
 
 #endif /* GEMM_T */

@@ -1,7 +1,8 @@
 /*
 ** matmul.c -- the MATMUL extern op: maps tensors onto GEMM calls (gemm.c).
 ** Row-major and transposed (column-major) operands go to the GEMM as they
-** are; any other layout or dtype is copied first.
+** are; any other layout or dtype is copied first. eager_matmul_ep is the
+** same op with an epilogue on each finished tile (the fuser's hook).
 */
 #include "eager.h"
 
@@ -40,7 +41,23 @@ static tc_tensor *gemm_operand(const tc_tensor *t, tc_dtype dt, bool *trans,
   return c;
 }
 
-static tc_tensor *cpu_matmul(const eager_call *c)
+/* Per batch: the gemm epilogue that calls the matmul one with its batch. */
+typedef struct {
+  eager_matmul_epilogue ep;
+  void *ctx;                    /* borrowed */
+  tc_tensor *out;               /* borrowed */
+  int64_t batch;
+} batch_ep;
+
+static void batch_ep_run(void *ctx, int64_t i0, int64_t i1, int64_t j0,
+                         int64_t j1)
+{
+  const batch_ep *e = ctx;
+  e->ep(e->ctx, e->out, e->batch, i0, i1, j0, j1);
+}
+
+tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
+                           void *ctx)
 {
   tc_dtype dt = c->dtype;
   tc_tensor *out = tensor_new(dt, c->ndim, c->shape);
@@ -67,17 +84,24 @@ static tc_tensor *cpu_matmul(const eager_call *c)
     char *pa = (char *)tensor_ptr(a) + i * sa * (int64_t)esz;
     char *pb = (char *)tensor_ptr(b) + i * sb * (int64_t)esz;
     char *pc = (char *)tensor_ptr(out) + i * m * n * (int64_t)esz;
+    batch_ep e = { ep, ctx, out, i };
+    eager_gemm_epilogue gep = ep ? batch_ep_run : NULL;
     if (dt == TC_F32)
-      eager_gemm_f32(ta, tb, m, n, k, (float *)pa, lda, (float *)pb, ldb,
-                     (float *)pc, n > 1 ? n : 1);
+      eager_gemm_f32_ep(ta, tb, m, n, k, (float *)pa, lda, (float *)pb, ldb,
+                        (float *)pc, n > 1 ? n : 1, gep, &e);
     else
-      eager_gemm_f64(ta, tb, m, n, k, (double *)pa, lda, (double *)pb, ldb,
-                     (double *)pc, n > 1 ? n : 1);
+      eager_gemm_f64_ep(ta, tb, m, n, k, (double *)pa, lda, (double *)pb,
+                        ldb, (double *)pc, n > 1 ? n : 1, gep, &e);
   }
   eager_count(ST_KERNELS_LAUNCHED);
   tensor_unref(a);
   tensor_unref(b);
   return out;
+}
+
+static tc_tensor *cpu_matmul(const eager_call *c)
+{
+  return eager_matmul_ep(c, NULL, NULL);
 }
 
 /* -- Views and contiguous ---------------------------------------------------- */
