@@ -296,6 +296,7 @@ typedef struct {
   double samples[64];
   uint64_t pool_misses;   /* during the timed samples */
   uint64_t regions, regions_compiled, kernels_compiled; /* during timed samples */
+  double launches;        /* kernel launches per iteration (timed samples) */
   double others, steal;   /* CPU share used by other processes / stolen, timed samples */
 } result;
 
@@ -398,8 +399,7 @@ static void w1p_check(wl *w) {
 /* W2: row softmax 4096x4096 f32. */
 static void w2_setup(wl *w) { w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(4096, 4096), 2)); }
 static void w2_iter(wl *w) { consume(CK(tc_softmax(w->t[0], -1))); }
-static void w2_check(wl *w) {
-  tc_tensor *out = CK(tc_softmax(w->t[0], -1));
+static void softmax_check_out(wl *w, tc_tensor *out) {
   if (tc_ndim(out) != 2 || tc_size(out, 0) != 4096 || tc_size(out, 1) != 4096) fail("softmax: wrong shape");
   float *x = f32_data(w->t[0]), *y = f32_data(out);
   for (long r = 0; r < 4096; r++) {
@@ -422,6 +422,18 @@ static void w2_check(wl *w) {
   }
   tc_release(out);
 }
+static void w2_check(wl *w) { softmax_check_out(w, CK(tc_softmax(w->t[0], -1))); }
+
+/* W2p: the same softmax written from primitives, as users write it. */
+static tc_tensor *softmax_prims(tc_tensor *x) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *e = CK(tc_exp(CK(tc_sub(x, CK(tc_max(x, -1, true))))));
+  tc_tensor *y = tc_keep(CK(tc_div(e, CK(tc_sum(e, -1, true)))));
+  tc_scope_end(mark);
+  return y;
+}
+static void w2p_iter(wl *w) { consume(softmax_prims(w->t[0])); }
+static void w2p_check(wl *w) { softmax_check_out(w, softmax_prims(w->t[0])); }
 
 /* W3: layer_norm 8192x1024 f32 with gamma and beta. */
 static void w3_setup(wl *w) {
@@ -429,9 +441,12 @@ static void w3_setup(wl *w) {
   w->t[1] = CK(tc_randn(TC_F32, TC_SHAPE(1024), 4));
   w->t[2] = CK(tc_randn(TC_F32, TC_SHAPE(1024), 5));
 }
+static void w8_setup(wl *w) {
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(8192, 1024), 3));
+  w->t[1] = CK(tc_randn(TC_F32, TC_SHAPE(1024), 4));
+}
 static void w3_iter(wl *w) { consume(CK(tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5))); }
-static void w3_check(wl *w) {
-  tc_tensor *out = CK(tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5));
+static void layer_norm_check_out(wl *w, tc_tensor *out) {
   if (tc_ndim(out) != 2 || tc_size(out, 0) != 8192 || tc_size(out, 1) != 1024) fail("layer_norm: wrong shape");
   float *x = f32_data(w->t[0]), *g = f32_data(w->t[1]), *b = f32_data(w->t[2]), *y = f32_data(out);
   static const long rows[] = {0, 1, 777, 4096, 8191};
@@ -450,6 +465,85 @@ static void w3_check(wl *w) {
     }
   }
   tc_release(out);
+}
+static void w3_check(wl *w) { layer_norm_check_out(w, CK(tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5))); }
+
+/* W3p: the same layer norm from primitives (mean, variance, rsqrt). */
+static tc_tensor *layer_norm_prims(wl *w) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *x = w->t[0];
+  tc_tensor *d = CK(tc_sub(x, CK(tc_mean(x, -1, true))));
+  tc_tensor *var = CK(tc_mean(CK(tc_mul(d, d)), -1, true));
+  tc_tensor *n = CK(tc_mul(d, CK(tc_rsqrt(CK(tc_add_scalar(var, 1e-5))))));
+  tc_tensor *y = tc_keep(CK(tc_add(CK(tc_mul(n, w->t[1])), w->t[2])));
+  tc_scope_end(mark);
+  return y;
+}
+static void w3p_iter(wl *w) { consume(layer_norm_prims(w)); }
+static void w3p_check(wl *w) { layer_norm_check_out(w, layer_norm_prims(w)); }
+
+/* W8: RMSNorm 8192x1024 from primitives: x * rsqrt(mean(x*x) + eps) * g. */
+static tc_tensor *rms_norm(wl *w) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *x = w->t[0];
+  tc_tensor *ms = CK(tc_mean(CK(tc_mul(x, x)), -1, true));
+  tc_tensor *y = tc_keep(CK(tc_mul(CK(tc_mul(x, CK(tc_rsqrt(CK(tc_add_scalar(ms, 1e-6)))))), w->t[1])));
+  tc_scope_end(mark);
+  return y;
+}
+static void w8_iter(wl *w) { consume(rms_norm(w)); }
+static void w8_check(wl *w) {
+  tc_tensor *out = rms_norm(w);
+  if (tc_ndim(out) != 2 || tc_size(out, 0) != 8192 || tc_size(out, 1) != 1024) fail("rms_norm: wrong shape");
+  float *x = f32_data(w->t[0]), *g = f32_data(w->t[1]), *y = f32_data(out);
+  static const long rows[] = {0, 5, 4095, 8191};
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    const float *xr = x + rows[k] * 1024, *yr = y + rows[k] * 1024;
+    double ms = 0;
+    for (long j = 0; j < 1024; j++) ms += (double)xr[j] * xr[j];
+    double inv = 1.0 / sqrt(ms / 1024 + 1e-6);
+    for (long j = 0; j < 1024; j++) {
+      double ref = xr[j] * inv * g[j];
+      if (!close_enough(yr[j], ref, 1e-4, 1e-4))
+        fail("rms_norm: [%ld,%ld] = %.9g, expected %.9g", rows[k], j, yr[j], ref);
+    }
+  }
+  tc_release(out);
+}
+
+/* W9: a 25-op elementwise chain on 64 f32, its result read every
+** iteration (a small-tensor program: per-op overhead is all there is). */
+#define W9_N 64
+static void w9_setup(wl *w) {
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(W9_N), 21));
+  w->t[1] = CK(tc_rand(TC_F32, TC_SHAPE(W9_N), 22));
+}
+static void w9_chain(wl *w, float *out) {
+  size_t mark = tc_scope_begin();
+  tc_tensor *x = w->t[0], *y = w->t[1], *a = x;
+  for (int i = 0; i < 5; i++) {
+    a = CK(tc_add(a, y));
+    a = CK(tc_mul_scalar(a, 0.5));
+    a = CK(tc_sub(a, x));
+    a = CK(tc_mul(a, y));
+    a = CK(tc_add_scalar(a, 0.25));
+  }
+  CKI(tc_copy_to(a, out, W9_N * sizeof(float)));
+  tc_scope_end(mark);
+}
+static void w9_iter(wl *w) {
+  float out[W9_N];
+  w9_chain(w, out);
+}
+static void w9_check(wl *w) {
+  float out[W9_N];
+  w9_chain(w, out);
+  float *x = f32_data(w->t[0]), *y = f32_data(w->t[1]);
+  for (long i = 0; i < W9_N; i++) {
+    double a = x[i];
+    for (int k = 0; k < 5; k++) a = ((a + y[i]) * 0.5 - x[i]) * y[i] + 0.25;
+    if (!close_enough(out[i], a, 1e-5, 1e-5)) fail("chain: [%ld] = %.9g, expected %.9g", i, out[i], a);
+  }
 }
 
 /* W4: sum of squares over 16M f32 (eagerly materializes x*x); W4b: sum_all. */
@@ -755,7 +849,13 @@ static wl workloads[] = {
   {"W1p", "gelu from 9 primitive ops 16M", w1_setup, w1p_iter, w1p_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "",
    {0}, {0}, 0, 0},
   {"W2", "softmax 4096x4096 f32 dim -1", w2_setup, w2_iter, w2_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
+  {"W2p", "softmax 4096x4096 from primitives", w2_setup, w2p_iter, w2p_check, 1, 2.0 * M16 * 4, 0, {0}, 0, 0, 0,
+   "", {0}, {0}, 0, 0},
   {"W3", "layer_norm 8192x1024 f32 +g,b", w3_setup, w3_iter, w3_check, 1, 2.0 * 8192 * 1024 * 4 + 2.0 * 1024 * 4, 0,
+   {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
+  {"W3p", "layer_norm from primitives", w3_setup, w3p_iter, w3p_check, 1, 2.0 * 8192 * 1024 * 4 + 2.0 * 1024 * 4,
+   0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
+  {"W8", "RMSNorm 8192x1024 from primitives", w8_setup, w8_iter, w8_check, 1, 2.0 * 8192 * 1024 * 4 + 1024 * 4, 0,
    {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
   {"W4", "sum_all(x*x) 16M f32", w4_setup, w4_iter, w4_check, 1, 1.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
   {"W4b", "sum_all(x) 16M f32", w4_setup, w4b_iter, w4b_check, 1, 1.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0}, 0, 0},
@@ -766,6 +866,8 @@ static wl workloads[] = {
    0, 0, "", {0}, {0}, 0, 0},
   {"W7", "Adam step 16M f32 in place", w7_setup, w7_step, w7_check, 1, 7.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0},
    {0}, 0, 0},
+  {"W9", "25-op chain on 64 f32, read", w9_setup, w9_iter, w9_check, 20000, 0, 0, {0}, 0, 0, 0, "", {0}, {0}, 0,
+   0},
   {"W10", "MLP + bias/gelu epilogues", w6_setup, w6_iter, w6_check, 1, 0, 2.0 * 256 * 1024 * 4096 * 2, {0}, 0, 0,
    0, "", {0}, {0}, 0, 0},
 };
@@ -815,6 +917,7 @@ static void measure_fn(wl *w, void (*fn)(wl *), result *r, int warmup) {
   r->regions = s1.regions - s0.regions;
   r->regions_compiled = s1.regions_compiled - s0.regions_compiled;
   r->kernels_compiled = s1.kernels_compiled - s0.kernels_compiled;
+  r->launches = (double)(s1.kernels_launched - s0.kernels_launched) / ((double)r->n * (double)inner);
   r->ok = true;
 }
 
@@ -979,9 +1082,10 @@ static void json_result(FILE *f, const char *key, const wl *w, const result *r, 
   if (w->flops > 0) fprintf(f, ", \"gflops\": %.4f", w->flops / r->med / GB);
   fprintf(f,
           ", \"cpu_others\": %.4f, \"cpu_steal\": %.4f"
-          ", \"pool_misses\": %llu, \"regions\": %llu, \"regions_compiled\": %llu, \"kernels_compiled\": %llu}",
+          ", \"pool_misses\": %llu, \"regions\": %llu, \"regions_compiled\": %llu, \"kernels_compiled\": %llu"
+          ", \"launches_per_iter\": %.4g}",
           r->others, r->steal, (unsigned long long)r->pool_misses, (unsigned long long)r->regions,
-          (unsigned long long)r->regions_compiled, (unsigned long long)r->kernels_compiled);
+          (unsigned long long)r->regions_compiled, (unsigned long long)r->kernels_compiled, r->launches);
 }
 
 /* The kernel set OpenBLAS chose for this CPU, or NULL without OpenBLAS. */
@@ -1141,11 +1245,11 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
            nth, nth == 1 ? "" : "s", bwnt);
   printf("\n");
 
-  printf("%-4s %-31s %12s %6s %10s %11s %7s %15s", "id", "workload", "eager", "spread", "bytes", "floor", "ratio",
-         "achieved");
-  if (opt.compiled) printf(" %12s %7s %8s %9s", "compiled", "ratio", "speedup", "regions");
+  printf("%-4s %-31s %12s %6s %10s %11s %7s %15s %5s", "id", "workload", "eager", "spread", "bytes", "floor", "ratio",
+         "achieved", "k/it");
+  if (opt.compiled) printf(" %12s %7s %8s %9s %5s", "compiled", "ratio", "speedup", "regions", "k/it");
   printf("\n");
-  int width = 4 + 1 + 31 + 1 + 12 + 1 + 6 + 1 + 10 + 1 + 11 + 1 + 7 + 1 + 15 + (opt.compiled ? 40 : 0);
+  int width = 4 + 1 + 31 + 1 + 12 + 1 + 6 + 1 + 10 + 1 + 11 + 1 + 7 + 1 + 15 + 6 + (opt.compiled ? 46 : 0);
   for (int i = 0; i < width; i++) putchar('-');
   putchar('\n');
 
@@ -1170,8 +1274,8 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
       snprintf(fl, sizeof fl, "-");
       snprintf(ra, sizeof ra, "-");
     }
-    printf("%12s %5.1f%% %10s %11s %7s %15s", t, 100.0 * (w->eager.max - w->eager.min) / w->eager.med, b, fl, ra,
-           ach);
+    printf("%12s %5.1f%% %10s %11s %7s %15s %5.3g", t, 100.0 * (w->eager.max - w->eager.min) / w->eager.med, b, fl,
+           ra, ach, w->eager.launches);
     if (opt.compiled) {
       if (w->comp.ok) {
         char ct[32], cr[32], rg[32];
@@ -1180,7 +1284,7 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
         else snprintf(cr, sizeof cr, "-");
         snprintf(rg, sizeof rg, "%llu/%llu", (unsigned long long)w->comp.regions_compiled,
                  (unsigned long long)w->comp.regions);
-        printf(" %12s %7s %7.2fx %9s", ct, cr, w->eager.med / w->comp.med, rg);
+        printf(" %12s %7s %7.2fx %9s %5.3g", ct, cr, w->eager.med / w->comp.med, rg, w->comp.launches);
       } else {
         printf(" %12s", "FAILED");
       }

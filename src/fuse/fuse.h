@@ -93,6 +93,14 @@ typedef struct {
                                       `which`, or (FUSE_SCALAR_ROW_LEN) the
                                       kernel's row length */
   int node;                        /* EXTERN: the region node it runs */
+  uint16_t op;                     /* EXTERN: its op (tc_op) */
+  bool epilogue;                   /* EXTERN (a matmul): the next step, a
+                                      MAP kernel over the points of this
+                                      one's result that reads it point by
+                                      point, runs on each finished tile of
+                                      it while it is in cache
+                                      (eager_matmul_ep), not as a pass of
+                                      its own */
   fuse_ref in[3];                  /* EXTERN: its operands (NONE: absent) */
   bool in_viewed[3];               /* EXTERN: operand read through a view */
   tensor_geom in_geom[3];

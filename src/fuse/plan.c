@@ -1094,6 +1094,76 @@ static int build_extern(fb *b, int s, int n)
   return 0;
 }
 
+/* -- Matmul epilogues ------------------------------------------------------ */
+
+static bool same_ref(fuse_ref a, fuse_ref b)
+{
+  return a.kind == b.kind && a.index == b.index;
+}
+
+/* Does kernel k read or write buffer i at its own point, row-major over
+** the kernel's sizes (the layout of a matmul's contiguous result)? */
+static bool pointwise_buf(const kir_kernel *k, int i, int64_t off)
+{
+  int64_t want = 1;
+  for (int d = k->ndim - 1; d >= 0; d--) {
+    if (k->size[d] != 1 && k->buf[i].stride[d] != want)
+      return false;
+    want *= k->size[d];
+  }
+  return off == 0;
+}
+
+/* Mark each matmul whose next step can run as its per-tile epilogue: a
+** MAP kernel over exactly the points of the matmul's fresh result, reading
+** that result only at its own point, and writing nothing the matmul reads
+** (its tiles run while other tiles of the matmul still read the operands)
+** nor any write-back target. Any split of a MAP kernel's points computes
+** the same bits, so the fused pair equals the two steps run in turn. */
+static void mark_epilogues(fb *b)
+{
+  const fuse_graph *g = b->g;
+  fuse_plan *p = b->p;
+  for (int s = 0; s + 1 < p->nsteps; s++) {
+    fuse_step *e = &p->steps[s];
+    const fuse_step *st = &p->steps[s + 1];
+    if (e->kind != FSTEP_EXTERN || e->op != TC_OP_MATMUL ||
+        st->kind != FSTEP_KERNEL || st->k->kind != KIR_MAP ||
+        (e->out.kind != FREF_TEMP && e->out.kind != FREF_OUTPUT))
+      continue;
+    int ndim;
+    const int64_t *shape;
+    if (e->out.kind == FREF_TEMP) {
+      ndim = p->temps[e->out.index].ndim;
+      shape = p->temps[e->out.index].shape;
+    } else {
+      const fuse_node *n = &g->nodes[g->out_node[e->out.index]];
+      ndim = n->ndim;
+      shape = n->shape;
+    }
+    int64_t numel = 1, units = 1;
+    for (int d = 0; d < ndim; d++)
+      numel *= shape[d];
+    for (int d = 0; d < st->k->ndim; d++)
+      units *= st->k->size[d];
+    bool ok = units == numel && numel > 0, reads = false;
+    for (int i = 0; i < st->k->nbufs && ok; i++) {
+      fuse_ref r = st->buf[i];
+      if (same_ref(r, e->out)) {
+        ok = pointwise_buf(st->k, i, st->buf_off[i]);
+        reads |= st->k->buf[i].role == KIR_IN;
+        continue;
+      }
+      if (st->k->buf[i].role != KIR_OUT)
+        continue;
+      ok = r.kind == FREF_TEMP || r.kind == FREF_OUTPUT;
+      for (int j = 0; j < 3 && ok; j++)
+        ok = !same_ref(r, e->in[j]);
+    }
+    e->epilogue = ok && reads;
+  }
+}
+
 /* -- Public to the project ------------------------------------------------ */
 
 /* Each kernel step's region nodes (its stored values and the producers
@@ -1238,6 +1308,7 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
         rc = fail(&b, "a copied operand is not stored");
     } else if (st->kind == FSTEP_EXTERN) {
       rc = build_extern(&b, s, st->node);
+      st->op = g->nodes[st->node].op;
       st->node = g->nodes[st->node].orig;   /* the runner's name for it */
     } else if (st->kind == FSTEP_KERNEL)
       rc = b.si[s].general ? build_rows_general(&b, s)
@@ -1246,6 +1317,8 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   }
   if (rc == 0)
     rc = record_origins(&b);
+  if (rc == 0)
+    mark_epilogues(&b);
 done:
   if (rc < 0 && b.over && b.member >= 0 && split_at(&b, b.member, b.first))
     b.retry = 1;
@@ -1530,8 +1603,9 @@ void fuse_plan_dump(const fuse_plan *p, FILE *out)
                 st->buf[i].index, (long long)st->buf_off[i]);
       kir_print(st->k, out);
     } else if (st->kind == FSTEP_EXTERN) {
-      fprintf(out, "step %d: extern node %d -> %s %d\n", s, st->node,
-              ref_name[st->out.kind], st->out.index);
+      fprintf(out, "step %d: extern node %d -> %s %d%s\n", s, st->node,
+              ref_name[st->out.kind], st->out.index,
+              st->epilogue ? " (next step: its epilogue)" : "");
     } else {
       fprintf(out, "step %d: copy %s %d -> %s %d\n", s,
               ref_name[st->from.kind], st->from.index,

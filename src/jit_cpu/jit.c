@@ -519,6 +519,14 @@ static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
   return 0;
 }
 
+void jcpu_run_points(const jcpu_kernel *jk, char *const *bufs,
+                     const double *scalars, const int64_t *dims, int64_t lo,
+                     int64_t hi)
+{
+  if (lo < hi)
+    jk->main(bufs, scalars, dims, lo, hi);
+}
+
 int jcpu_launch(const jcpu_kernel *jk, const kir_kernel *k, char *const *bufs,
                 const double *scalars, const int64_t *dims)
 {

@@ -82,6 +82,14 @@ void jcpu_free(jcpu_kernel *jk);   /* NULL-safe */
 int jcpu_launch(const jcpu_kernel *jk, const kir_kernel *k, char *const *bufs,
                 const double *scalars, const int64_t *dims);
 
+/* Run MAP kernel jk on its points [lo, hi) (row-major over the kernel's
+** sizes) on the calling thread: a piece of a launch, for callers that
+** split the work themselves (a matmul's per-tile epilogue). Any split of
+** the points gives the same results as jcpu_launch. */
+void jcpu_run_points(const jcpu_kernel *jk, char *const *bufs,
+                     const double *scalars, const int64_t *dims, int64_t lo,
+                     int64_t hi);
+
 /* libgccjit's C-like dump of the generated code, captured at compile time
 ** (gcc_jit_context_dump_to_file). Loaded kernels have none. */
 void jcpu_dump_source(const jcpu_kernel *jk, FILE *out);

@@ -39,42 +39,96 @@ static tc_tensor *ref_tensor(const trace_region *r, const fuse_plan *p,
   return NULL;
 }
 
+/* A kernel step's arguments for this run. */
+typedef struct {
+  char *bufs[KIR_MAX_BUFS];
+  double scal[KIR_MAX_SCALARS];
+  int64_t dimsbuf[64], *dims;
+} kernel_args;
+
+/* Bind st's buffers (except those bound to `skip`, which the caller fills
+** in), scalars and sizes. Returns 0, or -1 (out of memory). */
+static int kernel_args_bind(const trace_region *r, const fuse_plan *p,
+                            run_state *rs, const fuse_step *st,
+                            fuse_ref skip, kernel_args *a)
+{
+  const kir_kernel *k = st->k;
+  for (int i = 0; i < k->nbufs; i++) {
+    a->bufs[i] = NULL;
+    if (st->buf[i].kind == skip.kind && st->buf[i].index == skip.index)
+      continue;
+    tc_tensor *t = ref_tensor(r, p, rs, st->buf[i]);
+    if (!t)
+      return -1;
+    a->bufs[i] = (char *)tensor_ptr(t) +
+                 st->buf_off[i] * (int64_t)tensor_dtype_size[k->buf[i].dtype];
+  }
+  for (int i = 0; i < st->nscal; i++)
+    a->scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN
+                 ? (double)k->row_len
+                 : r->nodes[st->scal[i].node]->s[st->scal[i].which];
+  a->dims = NULL;
+  if (k->dynamic) {
+    int n = kir_dyn_len(k);
+    a->dims = n <= 64 ? a->dimsbuf : malloc(sizeof(int64_t) * (size_t)n);
+    if (!a->dims)
+      return -1;
+    kir_dyn_fill(k, a->dims);
+  }
+  return 0;
+}
+
+static void kernel_args_free(kernel_args *a)
+{
+  if (a->dims != a->dimsbuf)
+    free(a->dims);
+}
+
 static int run_kernel(const trace_region *r, const fuse_plan *p,
                       run_state *rs, const fuse_step *st,
                       const jcpu_kernel *jk)
 {
-  const kir_kernel *k = st->k;
-  char *bufs[KIR_MAX_BUFS];
-  double scal[KIR_MAX_SCALARS];
-  for (int i = 0; i < k->nbufs; i++) {
-    tc_tensor *t = ref_tensor(r, p, rs, st->buf[i]);
-    if (!t)
-      return -1;
-    bufs[i] = (char *)tensor_ptr(t) +
-              st->buf_off[i] * (int64_t)tensor_dtype_size[k->buf[i].dtype];
-  }
-  for (int i = 0; i < st->nscal; i++)
-    scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN
-              ? (double)k->row_len
-              : r->nodes[st->scal[i].node]->s[st->scal[i].which];
-  int64_t dimsbuf[64], *dims = NULL;
-  if (k->dynamic) {
-    int n = kir_dyn_len(k);
-    dims = n <= 64 ? dimsbuf : malloc(sizeof(int64_t) * (size_t)n);
-    if (!dims)
-      return -1;
-    kir_dyn_fill(k, dims);
-  }
-  int rc = jcpu_launch(jk, k, bufs, scal, dims);
+  kernel_args a;
+  if (kernel_args_bind(r, p, rs, st, (fuse_ref){ FREF_NONE, -1 }, &a) < 0)
+    return -1;
+  int rc = jcpu_launch(jk, st->k, a.bufs, a.scal, a.dims);
   eager_count(ST_KERNELS_LAUNCHED);
-  if (dims && dims != dimsbuf)
-    free(dims);
+  kernel_args_free(&a);
   return rc;
 }
 
-static int run_extern(const trace_region *r, const fuse_plan *p,
-                      run_state *rs, const fuse_step *st)
+/* A matmul's epilogue: kernel step st (a MAP kernel over the points of the
+** matmul's result, plan.c: mark_epilogues) run on one finished tile. */
+typedef struct {
+  const fuse_step *st;
+  const jcpu_kernel *jk;
+  kernel_args a;                 /* the bufs bound to the matmul's result
+                                    are NULL: filled per tile */
+} tile_epilogue;
+
+static void tile_epilogue_run(void *ctx, tc_tensor *out, int64_t batch,
+                              int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
+  const tile_epilogue *e = ctx;
+  const kir_kernel *k = e->st->k;
+  char *bufs[KIR_MAX_BUFS];
+  for (int i = 0; i < k->nbufs; i++)
+    bufs[i] = e->a.bufs[i] ? e->a.bufs[i] : (char *)tensor_ptr(out);
+  int64_t m = out->shape[out->ndim - 2], n = out->shape[out->ndim - 1];
+  for (int64_t i = i0; i < i1; i++) {
+    int64_t lo = (batch * m + i) * n + j0;
+    jcpu_run_points(e->jk, bufs, e->a.scal, e->a.dims, lo, lo + (j1 - j0));
+  }
+}
+
+/* Extern step st; with ep, its epilogue (the kernel step after it). */
+static int run_extern(const trace_region *r, const fuse_plan *p,
+                      run_state *rs, const fuse_step *st,
+                      const fuse_step *ep, const jcpu_kernel *ep_jk)
+{
+  tile_epilogue te = { ep, ep_jk, { .dims = NULL } };
+  if (ep && kernel_args_bind(r, p, rs, ep, st->out, &te.a) < 0)
+    return -1;
   const trace_node *n = r->nodes[st->node];
   eager_call c;
   trace_call_of(n, &c);
@@ -95,7 +149,11 @@ static int run_extern(const trace_region *r, const fuse_plan *p,
     if (!c.in[e])
       rc = -1;
   }
-  tc_tensor *out = rc == 0 ? eager_lookup(TC_KEY_CPU, c.op)(&c) : NULL;
+  tc_tensor *out = rc < 0 ? NULL
+                   : ep ? eager_matmul_ep(&c, tile_epilogue_run, &te)
+                        : eager_lookup(TC_KEY_CPU, c.op)(&c);
+  if (ep)
+    kernel_args_free(&te.a);
   for (int e = 0; e < 3; e++)
     tensor_unref(c.in[e]);
   if (!out)
@@ -130,8 +188,12 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
     if (st->kind == FSTEP_KERNEL) {
       rc = run_kernel(r, p, &rs, st,
                       trace_kernel_code(code->steps[s].compiled));
+    } else if (st->kind == FSTEP_EXTERN && st->epilogue) {
+      rc = run_extern(r, p, &rs, st, st + 1,
+                      trace_kernel_code(code->steps[s + 1].compiled));
+      s++;   /* the epilogue ran inside it */
     } else if (st->kind == FSTEP_EXTERN) {
-      rc = run_extern(r, p, &rs, st);
+      rc = run_extern(r, p, &rs, st, NULL, NULL);
     } else {
       tc_tensor *src = ref_tensor(r, p, &rs, st->from);
       tc_tensor *dst = ref_tensor(r, p, &rs, st->out);

@@ -573,6 +573,128 @@ static void test_fusion_adam_one_kernel(void **state)
       tc_release(st[mode][i]);
 }
 
+/* -- Matmul epilogues ------------------------------------------------------------- */
+
+/* in: x [.., m, k], w [k, n], b [n], res [.., m, n] */
+static tc_tensor *mm_gelu_bias(tc_tensor *const *in)
+{
+  return tc_gelu(tc_add(tc_matmul(in[0], in[1]), in[2]));
+}
+
+static tc_tensor *mm_relu_bias_residual(tc_tensor *const *in)
+{
+  return tc_add(tc_relu(tc_add(tc_matmul(in[0], in[1]), in[2])), in[3]);
+}
+
+static tc_tensor *mm_scale_residual(tc_tensor *const *in)
+{
+  return tc_add(tc_mul_scalar(tc_matmul(in[0], in[1]), 0.5), in[3]);
+}
+
+/* Not an epilogue: the consumer reads the product transposed (square). */
+static tc_tensor *mm_plus_transpose(tc_tensor *const *in)
+{
+  tc_tensor *p = tc_matmul(in[0], in[1]);
+  return tc_add(p, tc_transpose(p, -1, -2));
+}
+
+/* Run prog eagerly, then compiled twice; the compiled results must equal
+** the eager ones bit for bit. Returns the launches of the second compiled
+** run (the region is compiled by then). */
+static uint64_t mm_check(const char *name, prog_fn prog, tc_dtype dt,
+                         int64_t batch, int64_t m, int64_t k, int64_t n)
+{
+  size_t mark = tc_scope_begin();
+  int64_t xs[3] = { batch, m, k }, rs[3] = { batch, m, n };
+  int nd = batch ? 3 : 2;
+  tc_tensor *in[2][4];
+  for (int mode = 0; mode < 2; mode++) {
+    in[mode][0] = tc_randn(dt, nd, batch ? xs : xs + 1, 11);
+    in[mode][1] = tc_mul_scalar(tc_randn(dt, TC_SHAPE(k, n), 12), 0.2);
+    in[mode][2] = tc_randn(dt, TC_SHAPE(n), 13);
+    in[mode][3] = tc_randn(dt, nd, batch ? rs : rs + 1, 14);
+  }
+  tc_compile_set(false);
+  tc_tensor *want = prog(in[0]);
+  uint64_t launches = 0;
+  for (int run = 0; run < 2; run++) {
+    tc_compile_set(true);
+    tc_stats s0, s1;
+    tc_stats_get(&s0);
+    tc_tensor *got = prog(in[1]);
+    assert_non_null(got);
+    size_t nb = (size_t)tc_numel(got) * tc_dtype_size(dt);
+    void *w = malloc(nb + 1), *g = malloc(nb + 1);
+    assert_int_equal(tc_copy_to(got, g, nb), 0);
+    tc_stats_get(&s1);
+    tc_compile_set(false);
+    assert_int_equal(tc_copy_to(want, w, nb), 0);
+    if (memcmp(w, g, nb) != 0)
+      fail_msg("%s %s: compiled result differs from eager", name,
+               tc_dtype_name(dt));
+    free(w);
+    free(g);
+    launches = s1.kernels_launched - s0.kernels_launched;
+  }
+  tc_scope_end(mark);
+  return launches;
+}
+
+static void test_fusion_matmul_epilogue(void **state)
+{
+  (void)state;
+  static const struct { int64_t batch, m, k, n; } shapes[] = {
+    { 0, 300, 64, 200 },   /* tiles of 128 / 64 columns, rows cut */
+    { 0, 5, 7, 3 },        /* one small tile */
+    { 3, 70, 33, 150 },    /* batched, a 2-D w and bias */
+  };
+  for (int d = 0; d < 2; d++) {
+    tc_dtype dt = d ? TC_F64 : TC_F32;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int64_t b = shapes[s].batch, m = shapes[s].m, k = shapes[s].k,
+              n = shapes[s].n;
+      /* One launch: the matmul, its epilogue inside it. */
+      assert_int_equal(mm_check("gelu(x@w+b)", mm_gelu_bias, dt, b, m, k, n),
+                       1);
+      assert_int_equal(mm_check("relu(x@w+b)+r", mm_relu_bias_residual, dt,
+                                b, m, k, n), 1);
+      assert_int_equal(mm_check("(x@w)*0.5+r", mm_scale_residual, dt, b, m,
+                                k, n), 1);
+      /* Square ones that must not fuse, and still match. */
+      assert_int_equal(mm_check("x@w + (x@w)^T", mm_plus_transpose, dt, b, m,
+                                m, m), 2);
+    }
+  }
+}
+
+/* Not an epilogue: x = relu(x @ w + b) written into x itself (a view, so
+** the kernel writes x's storage). Few rows and many columns: the matmul
+** cuts C into column blocks, and a tile written early would be read as A
+** by the blocks after it (it was, with the check in mark_epilogues off). */
+static void test_fusion_matmul_epilogue_hazard(void **state)
+{
+  (void)state;
+  const int64_t n = 4096;
+  double sums[2][3];
+  for (int mode = 0; mode < 2; mode++) {
+    tc_compile_set(mode == 1);
+    size_t mark = tc_scope_begin();
+    tc_tensor *base = tc_randn(TC_F32, TC_SHAPE(8, 2 * n), 1);
+    tc_tensor *w = tc_randn(TC_F32, TC_SHAPE(n, n), 2);
+    tc_tensor *b = tc_randn(TC_F32, TC_SHAPE(n), 3);
+    tc_tensor *x = tc_slice(base, 1, 0, n, 1);
+    for (int i = 0; i < 3; i++) {
+      size_t it = tc_scope_begin();
+      tc_copy_(x, tc_relu(tc_add(tc_matmul(x, w), b)));
+      assert_int_equal(tc_item(tc_sum_all(base), &sums[mode][i]), 0);
+      tc_scope_end(it);
+    }
+    tc_scope_end(mark);
+  }
+  tc_compile_set(false);
+  assert_memory_equal(sums[0], sums[1], sizeof sums[0]);
+}
+
 /* -- Fallback ---------------------------------------------------------------------- */
 
 /* A kernel that fails to compile runs its ops eagerly; the region's other
@@ -704,6 +826,10 @@ int main(void)
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_adam_one_kernel, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_matmul_epilogue, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_matmul_epilogue_hazard,
+                                    setup, teardown),
     cmocka_unit_test_setup_teardown(test_fusion_compile_failure_falls_back,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_fusion_worker_death_falls_back,
