@@ -310,10 +310,9 @@ static int spec_parse(const char *spec, rp_prog *p, uint8_t *on, int *insts)
 
 static const char *self_exe;
 
-/* Does the candidate crash (die by a signal or a sanitizer) in a fresh
-** process? */
-static bool crashes(const rp_prog *p, const uint8_t *on, const int *insts,
-                    int n)
+/* Run the candidate with --replay in a fresh process; its wait status. */
+static int replay_status(const rp_prog *p, const uint8_t *on,
+                         const int *insts, int n)
 {
   static char spec[4096];
   spec_format(p, on, insts, n, true, spec, sizeof spec);
@@ -326,12 +325,33 @@ static bool crashes(const rp_prog *p, const uint8_t *on, const int *insts,
   int rc = posix_spawn(&pid, self_exe, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
-    return false;
+    return -1;
   int st;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
     ;
-  return WIFSIGNALED(st) ||
-         (WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 3);
+  return st;
+}
+
+/* Does the candidate crash (die by a signal or a sanitizer) in a fresh
+** process? */
+static bool crashes(const rp_prog *p, const uint8_t *on, const int *insts,
+                    int n)
+{
+  int st = replay_status(p, on, insts, n);
+  return st != -1 && (WIFSIGNALED(st) ||
+                      (WIFEXITED(st) && WEXITSTATUS(st) != 0 &&
+                       WEXITSTATUS(st) != 3));
+}
+
+/* Does the (shrunk) candidate still differ in a fresh process? Shrinking
+** runs candidates in this one (region table cleared, kernel table kept),
+** so a failure that needs a compiled kernel left by an earlier candidate,
+** or reads memory it does not own, may not. */
+static bool differs_fresh(const rp_prog *p, const uint8_t *on,
+                          const int *insts, int n)
+{
+  int st = replay_status(p, on, insts, n);
+  return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 3;
 }
 
 /* -- Shrinking ----------------------------------------------------------- */
@@ -509,7 +529,12 @@ static void report(const config *cf, rp_prog *p, uint8_t *on, int inst,
     left += on[i];
   printf("  shrunk to %d steps, %d instance(s)%s: %s\n", left, n,
          x.budget ? "" : " (stopped at its time or run limit)", x.why);
-  printf("  replay: test_random --replay %s\n  sizes (in order):\n", spec);
+  printf("  replay: test_random --replay %s%s\n  sizes (in order):\n", spec,
+         differs_fresh(p, on, insts, n) ? ""
+         : " (but this shrunk program does not differ in a fresh process: "
+           "the failure needs state left by the programs or candidates run "
+           "before it, or memory contents; rerun with ASan, or from the "
+           "seed)");
   rp_print_sizes(p, insts, n, stdout);
   printf("  program:\n");
   int mark = -1;
