@@ -179,6 +179,13 @@ TC_API tc_tensor *tc_sigmoid(tc_tensor *a);
 TC_API tc_tensor *tc_relu(tc_tensor *a);
 TC_API tc_tensor *tc_gelu(tc_tensor *a);      /* tanh approximation */
 TC_API tc_tensor *tc_silu(tc_tensor *a);
+/* Rounding to integral values (an integer tensor is returned as a new
+** tensor of the same values; bool is an error). tc_round rounds half to
+** even, as torch.round. */
+TC_API tc_tensor *tc_floor(tc_tensor *a);
+TC_API tc_tensor *tc_ceil(tc_tensor *a);
+TC_API tc_tensor *tc_round(tc_tensor *a);
+TC_API tc_tensor *tc_trunc(tc_tensor *a);
 
 TC_API tc_tensor *tc_add(tc_tensor *a, tc_tensor *b);
 TC_API tc_tensor *tc_sub(tc_tensor *a, tc_tensor *b);
@@ -210,6 +217,14 @@ TC_API tc_tensor *tc_pow_scalar(tc_tensor *a, double s);
 /* Reversed operands: s - a and s / a. */
 TC_API tc_tensor *tc_rsub_scalar(tc_tensor *a, double s);
 TC_API tc_tensor *tc_rdiv_scalar(tc_tensor *a, double s);
+/* Comparisons with a scalar -> TC_BOOL, computed in a's dtype (in f32 for
+** an integer or bool tensor and a fractional scalar). */
+TC_API tc_tensor *tc_eq_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_ne_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_lt_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_le_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_gt_scalar(tc_tensor *a, double s);
+TC_API tc_tensor *tc_ge_scalar(tc_tensor *a, double s);
 
 /* -- Reductions ------------------------------------------------------------ */
 

@@ -717,6 +717,10 @@ static int scalar_of(fb *b, int n, int i, tc_dtype dt)
 #define SIN(x)        B1(SIN, x)
 #define COS(x)        B1(COS, x)
 #define POW(x, y)     B2(POW, x, y)
+#define FLOOR(x)      B1(FLOOR, x)
+#define CEIL(x)       B1(CEIL, x)
+#define ROUND(x)      B1(ROUND, x)
+#define TRUNC(x)      B1(TRUNC, x)
 
 #define EXK_PW(ex) return (ex);
 #define EXK_RD(ex) break;

@@ -41,7 +41,8 @@ static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
     if (d0 != dt || d1 != dt)
       return BAD("%%%d: %s operands differ from its dtype", i, nm);
     return 0;
-  case KOP_NEG: case KOP_ABS:
+  case KOP_NEG: case KOP_ABS: case KOP_FLOOR: case KOP_CEIL: case KOP_ROUND:
+  case KOP_TRUNC:
     return d0 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
   case KOP_DIV: case KOP_POW:
     if (!jcpu_is_float(dt))

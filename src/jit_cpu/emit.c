@@ -355,6 +355,20 @@ static gcc_jit_rvalue *instr_expr(cg *g, int i)
       j->ctx, dt == TC_F32 ? "__builtin_sqrtf" : "__builtin_sqrt");
     return gcc_jit_context_new_call(j->ctx, NULL, fn, 1, &a);
   }
+  case KOP_FLOOR: case KOP_CEIL: case KOP_ROUND: case KOP_TRUNC: {
+    /* expr.h's builtins; an integer is integral already */
+    static const char *const name[4][2] = {
+      { "__builtin_floorf", "__builtin_floor" },
+      { "__builtin_ceilf", "__builtin_ceil" },
+      { "__builtin_nearbyintf", "__builtin_nearbyint" },
+      { "__builtin_truncf", "__builtin_trunc" },
+    };
+    if (!jcpu_is_float(dt))
+      return a;
+    gcc_jit_function *fn = gcc_jit_context_get_builtin_function(
+      j->ctx, name[in->op - KOP_FLOOR][dt == TC_F64]);
+    return gcc_jit_context_new_call(j->ctx, NULL, fn, 1, &a);
+  }
   case KOP_EXP: case KOP_LOG: case KOP_TANH: case KOP_SIGMOID:
   case KOP_SIN: case KOP_COS: case KOP_POW: case KOP_GELU:
     return jcpu_approx_call(j, in->op, t, a, b);

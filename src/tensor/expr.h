@@ -48,6 +48,16 @@
 #define MINIMUM(x, y)  (((x) < (y) || (x) != (x)) ? (x) : (y))
 #define SQRT(x)        _Generic((x), float: __builtin_sqrtf, \
                                      double: __builtin_sqrt)(x)
+/* Rounding to an integral value: exact, so any implementation gives the
+** same bits; integers are integral already. ROUND is half to even (as
+** torch.round), in the default rounding mode, raising no exception. */
+#define TC_ROUNDING(x, ff, fd) _Generic((x), float: ff((float)(x)),        \
+                                             double: fd((double)(x)),      \
+                                             default: (x))
+#define FLOOR(x)       TC_ROUNDING(x, __builtin_floorf, __builtin_floor)
+#define CEIL(x)        TC_ROUNDING(x, __builtin_ceilf, __builtin_ceil)
+#define ROUND(x)       TC_ROUNDING(x, __builtin_nearbyintf, __builtin_nearbyint)
+#define TRUNC(x)       TC_ROUNDING(x, __builtin_truncf, __builtin_trunc)
 #define EXP(x)         APPROX_EXP(x)
 #define LOG(x)         APPROX_LOG(x)
 #define TANH(x)        APPROX_TANH(x)

@@ -486,6 +486,126 @@ static void test_reversed_scalar_forms(void **state) {
   tc_release(rd);
 }
 
+/* floor, ceil, round (half to even), trunc against libm in double (exact
+** for any float: the f32 result is the double result of the f32 value),
+** on halves, signed zeros, NaN, infinities, huge values and the largest
+** float below 0.5; every layout; integers keep their values and dtype;
+** bool is refused. */
+static void test_rounding(void **state) {
+  (void)state;
+  static const double special[] = {
+    0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 0.0, -0.0,
+    1e30, -1e30, 8388609.5, 4503599627370497.0, 2.0, -3.0, 1e-40, -1e-40,
+  };
+  struct { const char *name; tc_tensor *(*fn)(tc_tensor *);
+           double (*ref)(double); } ops[] = {
+    {"floor", tc_floor, floor}, {"ceil", tc_ceil, ceil},
+    {"round", tc_round, nearbyint}, {"trunc", tc_trunc, trunc},
+  };
+  const int64_t shape[2] = {9, 13};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    for (int d = 0; d < 2; d++) {
+      tc_dtype dt = FDT[d];
+      for (int lay = 0; lay < TU_NLAYOUTS; lay++) {
+        tu_arr a = tu_make_unif(dt, lay, 2, shape, -6, 6, 40 + k * 7 + lay);
+        tc_tensor *r = TU_NN(ops[k].fn(a.t));
+        assert_int_equal(tc_dtype_of(r), dt);
+        double *got = tu_read(r);
+        tu_cmp c;
+        tu_cmp_init(&c, "%s %s %s", ops[k].name, tc_dtype_name(dt),
+                    tu_layout_name[lay]);
+        for (int64_t i = 0; i < a.n; i++)
+          if (!tu_same(got[i], ops[k].ref(a.v[i])))
+            tu_cmp_bad(&c, i, got[i], ops[k].ref(a.v[i]), a.v[i]);
+        free(got);
+        tc_release(r);
+        tu_free(&a);
+        TU_CMP_DONE(c);
+      }
+      int n = (int)(sizeof special / sizeof special[0]);
+      double v[32];
+      for (int i = 0; i < n; i++)   /* the values as the dtype holds them */
+        v[i] = dt == TC_F32 ? (double)(float)special[i] : special[i];
+      v[n] = NAN;
+      v[n + 1] = INFINITY;
+      v[n + 2] = -INFINITY;
+      tc_tensor *t = tu_from(dt, TC_SHAPE(n + 3), v);
+      tc_tensor *r = TU_NN(ops[k].fn(t));
+      double *got = tu_read(r);
+      for (int i = 0; i < n + 3; i++) {
+        double want = ops[k].ref(v[i]);
+        bool ok = isnan(want) ? isnan(got[i])
+                  : got[i] == want && signbit(got[i]) == signbit(want);
+        if (!ok)
+          fail_msg("%s %s(%a) = %a, expected %a", tc_dtype_name(dt),
+                   ops[k].name, v[i], got[i], want);
+      }
+      free(got);
+      tc_release(t);
+      tc_release(r);
+    }
+  /* Integers are integral already: same values, same dtype. */
+  double iv[5] = {-7, -1, 0, 3, 2147483647};
+  tc_tensor *i32 = tu_from(TC_I32, TC_SHAPE(5), iv);
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    tc_tensor *r = TU_NN(ops[k].fn(i32));
+    assert_int_equal(tc_dtype_of(r), TC_I32);
+    double *got = tu_read(r);
+    for (int i = 0; i < 5; i++)
+      assert_true(got[i] == iv[i]);
+    free(got);
+    tc_release(r);
+  }
+  tc_release(i32);
+  tc_tensor *b = TU_NN(tc_ones(TC_BOOL, TC_SHAPE(3)));
+  assert_null(tc_floor(b));
+  assert_non_null(strstr(tc_last_error(), "bool"));
+  tc_release(b);
+}
+
+/* Comparisons with a scalar: bool results, computed in the tensor's dtype
+** (the scalar rounded to it), or in f32 for an integer tensor and a
+** fractional scalar; NaN compares unequal to everything. */
+static void test_scalar_comparisons(void **state) {
+  (void)state;
+  enum { EQ_, NE_, LT_, LE_, GT_, GE_ };
+  struct { const char *name; tc_tensor *(*fn)(tc_tensor *, double);
+           int cmp; } ops[] = {
+    {"eq_scalar", tc_eq_scalar, EQ_}, {"ne_scalar", tc_ne_scalar, NE_},
+    {"lt_scalar", tc_lt_scalar, LT_}, {"le_scalar", tc_le_scalar, LE_},
+    {"gt_scalar", tc_gt_scalar, GT_}, {"ge_scalar", tc_ge_scalar, GE_},
+  };
+  const double scalars[] = {0.1, 1.0, -2.0, 2.5};
+  double v[8] = {0.1, 1.0, -2.0, 2.5, 2.0, (double)0.1f, NAN, -INFINITY};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    for (size_t s = 0; s < sizeof scalars / sizeof scalars[0]; s++)
+      for (int d = 0; d < 3; d++) {
+        tc_dtype dt = d == 0 ? TC_F32 : d == 1 ? TC_F64 : TC_I32;
+        int n = dt == TC_I32 ? 5 : 8;   /* integers: the whole numbers */
+        double iv[5] = {1, -2, 2, 3, 0};
+        tc_tensor *t = tu_from(dt, TC_SHAPE(n), dt == TC_I32 ? iv : v);
+        tc_tensor *r = TU_NN(ops[k].fn(t, scalars[s]));
+        assert_int_equal(tc_dtype_of(r), TC_BOOL);
+        double *got = tu_read(r);
+        for (int i = 0; i < n; i++) {
+          double x = dt == TC_I32 ? iv[i] : v[i], sc = scalars[s];
+          if (dt == TC_F32 || (dt == TC_I32 && sc != floor(sc))) {
+            x = (float)x;   /* computed in f32 */
+            sc = (float)sc;
+          }
+          bool want = ops[k].cmp == EQ_ ? x == sc : ops[k].cmp == NE_ ? x != sc
+                      : ops[k].cmp == LT_ ? x < sc : ops[k].cmp == LE_ ? x <= sc
+                      : ops[k].cmp == GT_ ? x > sc : x >= sc;
+          if (got[i] != (double)want)
+            fail_msg("%s %s(%g, %g) = %g, expected %d", tc_dtype_name(dt),
+                     ops[k].name, x, scalars[s], got[i], want);
+        }
+        free(got);
+        tc_release(t);
+        tc_release(r);
+      }
+}
+
 /* PyTorch converts the scalar to the tensor's dtype: an f32 tensor plus 0.1
 ** is computed as float + (float)0.1, an f64 one in double. */
 static void test_scalar_rounded_to_tensor_dtype(void **state) {
@@ -855,6 +975,8 @@ int main(void) {
       cmocka_unit_test(test_scalar_forms_layouts),
       cmocka_unit_test(test_reversed_scalar_forms),
       cmocka_unit_test(test_scalar_rounded_to_tensor_dtype),
+      cmocka_unit_test(test_rounding),
+      cmocka_unit_test(test_scalar_comparisons),
       cmocka_unit_test(test_promotion),
       cmocka_unit_test(test_int64_exact),
       cmocka_unit_test(test_where),

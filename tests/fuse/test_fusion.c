@@ -93,6 +93,12 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_RELU: return tc_relu(in[0]);
   case TC_OP_GELU: return tc_gelu(in[0]);
   case TC_OP_SILU: return tc_silu(in[0]);
+  case TC_OP_FLOOR: return tc_floor(tc_mul_scalar(in[0], 3));
+  case TC_OP_CEIL: return tc_ceil(tc_mul_scalar(in[0], 3));
+  /* halves exactly, so half-to-even is exercised */
+  case TC_OP_ROUND:
+    return tc_round(tc_mul_scalar(tc_round(tc_mul_scalar(in[0], 4)), 0.5));
+  case TC_OP_TRUNC: return tc_trunc(tc_mul_scalar(in[0], 3));
   case TC_OP_CAST: return tc_cast(in[0], TC_I32);
   case TC_OP_ADD: return tc_add(in[0], in[1]);
   case TC_OP_SUB: return tc_sub(in[0], in[1]);
@@ -116,6 +122,12 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_RSUBS: return tc_rsub_scalar(in[0], 1.25);
   case TC_OP_RDIVS: return tc_rdiv_scalar(in[0], -3.0);
   case TC_OP_CLAMP: return tc_clamp(in[0], -0.5, 0.25);
+  case TC_OP_EQS: return tc_eq_scalar(tc_round(in[0]), 1);
+  case TC_OP_NES: return tc_ne_scalar(tc_round(in[0]), 0);
+  case TC_OP_LTS: return tc_lt_scalar(in[0], 0.25);
+  case TC_OP_LES: return tc_le_scalar(in[0], -0.5);
+  case TC_OP_GTS: return tc_gt_scalar(in[0], 1.5);
+  case TC_OP_GES: return tc_ge_scalar(in[0], 0);
   case TC_OP_SUM: return tc_sum(in[0], 0, false);
   case TC_OP_MAX: return tc_max(in[0], -1, true);
   case TC_OP_MIN: return tc_min(in[0], 0, true);
