@@ -202,6 +202,10 @@ TC_API tc_tensor *tc_gt(tc_tensor *a, tc_tensor *b);
 TC_API tc_tensor *tc_ge(tc_tensor *a, tc_tensor *b);
 /* cond ? a : b, elementwise; cond is converted to bool. */
 TC_API tc_tensor *tc_where(tc_tensor *cond, tc_tensor *a, tc_tensor *b);
+/* mask ? value : a, elementwise (mask a TC_BOOL tensor broadcast with a),
+** in a's dtype; a value an integer or bool a cannot hold (NaN, infinite,
+** out of range) is an error; a fractional one is truncated, as in torch. */
+TC_API tc_tensor *tc_masked_fill(tc_tensor *a, tc_tensor *mask, double value);
 TC_API tc_tensor *tc_clamp(tc_tensor *a, double lo, double hi);
 TC_API tc_tensor *tc_cast(tc_tensor *a, tc_dtype dt);
 
@@ -258,6 +262,15 @@ TC_API tc_tensor *tc_transpose(tc_tensor *a, int d0, int d1);
 /* Python's a[start:end:step] along dim; step > 0; start/end clamp. */
 TC_API tc_tensor *tc_slice(tc_tensor *a, int dim, int64_t start, int64_t end,
                            int64_t step);
+/* Consecutive pieces of a along dim, as views: tc_split gives pieces of
+** `size` (the last may be shorter), tc_chunk at most `chunks` pieces of
+** ceil(n / chunks) each (so possibly fewer, as torch.chunk); a dim of size
+** 0 gives one empty piece. The new handles go to out (room for max_out;
+** tc_chunk: for `chunks`); returns their number, or -1 with the error set
+** and nothing written. */
+TC_API int tc_split(tc_tensor *a, int64_t size, int dim, tc_tensor **out,
+                    int max_out);
+TC_API int tc_chunk(tc_tensor *a, int chunks, int dim, tc_tensor **out);
 /* Size-1 dims broadcast to the new size (stride 0); -1 keeps a size. */
 TC_API tc_tensor *tc_expand(tc_tensor *a, int ndim, const int64_t *shape);
 TC_API tc_tensor *tc_unsqueeze(tc_tensor *a, int dim);

@@ -128,6 +128,41 @@ tc_tensor *tc_clamp(tc_tensor *a, double lo, double hi)
   return pointwise(__func__, TC_OP_CLAMP, 1, &a, lo, hi);
 }
 
+tc_tensor *tc_masked_fill(tc_tensor *a, tc_tensor *mask, double value)
+{
+  const char *fn = __func__;
+  eager_init();
+  tc_tensor *in[2] = { a, mask };
+  if (any_bad(fn, 2, in))
+    return NULL;
+  if (mask->dtype != TC_BOOL) {
+    tc_seterr(TC_E_DTYPE, "%s: the mask must be bool, got %s", fn,
+              tc_dtype_name((tc_dtype)mask->dtype));
+    return NULL;
+  }
+  static const double limit[TC_DTYPE__MAX] = {
+    [TC_I32] = 0x1p31, [TC_I64] = 0x1p63,
+  };
+  if (!tensor_dtype_is_float((tc_dtype)a->dtype) && a->dtype != TC_BOOL &&
+      !(value > -limit[a->dtype] - 1 && value < limit[a->dtype])) {
+    tc_seterr(TC_E_ARG, "%s: value %g does not fit %s", fn, value,
+              tc_dtype_name((tc_dtype)a->dtype));
+    return NULL;
+  }
+  if (a->dtype == TC_BOOL && isnan(value)) {
+    tc_seterr(TC_E_ARG, "%s: value nan does not fit bool", fn);
+    return NULL;
+  }
+  eager_call c;
+  call_init(&c, fn, TC_OP_MASKED_FILL, 2, in);
+  c.s[0] = value;
+  if (tensor_broadcast(fn, 2, (const tc_tensor *const *)in, &c.ndim,
+                       c.shape) < 0)
+    return NULL;
+  c.dtype = c.cdtype = (tc_dtype)a->dtype;
+  return handed_out(eager_dispatch(&c));
+}
+
 tc_tensor *tc_cast(tc_tensor *a, tc_dtype dt)
 {
   eager_init();

@@ -378,6 +378,65 @@ tc_tensor *tc_slice(tc_tensor *a, int dim, int64_t start, int64_t end,
   return handed_out(view_of(__func__, a, &g));
 }
 
+/* Views [k * size, (k + 1) * size) of a along dim, for every k; with
+** chunks > 0, size is ceil(n / chunks). */
+static int split_views(const char *fn, tc_tensor *a, int64_t size,
+                       int chunks, int dim, tc_tensor **out, int max_out)
+{
+  eager_init();
+  if (!tensor_arg_ok(fn, a))
+    return -1;
+  if (!out)
+    return tc_seterr_null(fn), -1;
+  if (a->ndim == 0)
+    return tc_seterr(TC_E_ARG, "%s: cannot split a 0-d tensor", fn), -1;
+  int d = tensor_wrap_dim(fn, dim, a->ndim);
+  if (d < 0)
+    return -1;
+  int64_t n = a->shape[d];
+  if (chunks > 0)
+    size = n == 0 ? 1 : (n + chunks - 1) / chunks;
+  int64_t pieces = n == 0 ? 1 : (n - 1) / size + 1;
+  if (pieces > max_out)
+    return tc_seterr(TC_E_ARG, "%s: %lld pieces, room for %d", fn,
+                     (long long)pieces, max_out), -1;
+  for (int64_t k = 0; k < pieces; k++) {
+    tensor_geom g;
+    tensor_geom_of(a, &g);
+    tc_tensor *v = NULL;
+    if (tensor_geom_slice(fn, &g, d, k * size, k * size + size, 1) == 0)
+      v = handed_out(view_of(fn, a, &g));
+    if (!v) {
+      while (k-- > 0)
+        tc_release(out[k]);
+      return -1;
+    }
+    out[k] = v;
+  }
+  return (int)pieces;
+}
+
+int tc_split(tc_tensor *a, int64_t size, int dim, tc_tensor **out,
+             int max_out)
+{
+  if (size <= 0) {
+    tc_seterr(TC_E_ARG, "%s: size must be positive, got %lld", __func__,
+              (long long)size);
+    return -1;
+  }
+  return split_views(__func__, a, size, 0, dim, out, max_out);
+}
+
+int tc_chunk(tc_tensor *a, int chunks, int dim, tc_tensor **out)
+{
+  if (chunks <= 0) {
+    tc_seterr(TC_E_ARG, "%s: chunks must be positive, got %d", __func__,
+              chunks);
+    return -1;
+  }
+  return split_views(__func__, a, 0, chunks, dim, out, chunks);
+}
+
 tc_tensor *tc_expand(tc_tensor *a, int ndim, const int64_t *shape)
 {
   VIEW_BEGIN(a);

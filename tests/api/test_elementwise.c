@@ -606,6 +606,56 @@ static void test_scalar_comparisons(void **state) {
       }
 }
 
+/* masked_fill against a loop: every layout of a, a mask broadcast from a
+** row, a's dtype kept (the value converted to it, truncated for integers);
+** a non-bool mask and values an integer cannot hold are errors. */
+static void test_masked_fill(void **state) {
+  (void)state;
+  const int64_t shape[2] = {7, 11};
+  double mv[11];
+  for (int j = 0; j < 11; j++) mv[j] = (j * 5) % 3 == 0;
+  tc_tensor *mask = tu_from(TC_BOOL, TC_SHAPE(1, 11), mv);
+  const double values[] = {-2.75, 0.1, 1e30, NAN};
+  for (int d = 0; d < 3; d++) {
+    tc_dtype dt = d == 0 ? TC_F32 : d == 1 ? TC_F64 : TC_I32;
+    for (int lay = 0; lay < TU_NLAYOUTS; lay++)
+      for (size_t vi = 0; vi < sizeof values / sizeof values[0]; vi++) {
+        double val = values[vi];
+        if (dt == TC_I32 && (isnan(val) || val > 1e10))
+          continue;   /* errors, below */
+        tu_arr a = tu_make_unif(dt, lay, 2, shape, -10, 10, 70 + lay);
+        tc_tensor *r = TU_NN(tc_masked_fill(a.t, mask, val));
+        assert_int_equal(tc_dtype_of(r), dt);
+        double *got = tu_read(r);
+        double conv = dt == TC_F32 ? (double)(float)val
+                      : dt == TC_I32 ? trunc(val) : val;
+        tu_cmp c;
+        tu_cmp_init(&c, "masked_fill(%g) %s %s", val, tc_dtype_name(dt),
+                    tu_layout_name[lay]);
+        for (int64_t i = 0; i < a.n; i++) {
+          double want = mv[i % 11] != 0 ? conv : a.v[i];
+          bool ok = dt == TC_I32 ? tu_same_value(got[i], want)   /* no -0 */
+                                 : tu_same(got[i], want);
+          if (!ok) tu_cmp_bad(&c, i, got[i], want, a.v[i]);
+        }
+        free(got);
+        tc_release(r);
+        tu_free(&a);
+        TU_CMP_DONE(c);
+      }
+  }
+  tc_tensor *i = TU_NN(tc_zeros(TC_I32, TC_SHAPE(1, 11)));
+  assert_null(tc_masked_fill(i, mask, 3e9));
+  assert_non_null(strstr(tc_last_error(), "does not fit"));
+  assert_null(tc_masked_fill(i, mask, NAN));
+  tc_tensor *fmask = TU_NN(tc_ones(TC_F32, TC_SHAPE(11)));
+  assert_null(tc_masked_fill(i, fmask, 1));
+  assert_non_null(strstr(tc_last_error(), "mask must be bool"));
+  tc_release(fmask);
+  tc_release(i);
+  tc_release(mask);
+}
+
 /* PyTorch converts the scalar to the tensor's dtype: an f32 tensor plus 0.1
 ** is computed as float + (float)0.1, an f64 one in double. */
 static void test_scalar_rounded_to_tensor_dtype(void **state) {
@@ -976,6 +1026,7 @@ int main(void) {
       cmocka_unit_test(test_reversed_scalar_forms),
       cmocka_unit_test(test_scalar_rounded_to_tensor_dtype),
       cmocka_unit_test(test_rounding),
+      cmocka_unit_test(test_masked_fill),
       cmocka_unit_test(test_scalar_comparisons),
       cmocka_unit_test(test_promotion),
       cmocka_unit_test(test_int64_exact),

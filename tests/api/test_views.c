@@ -259,6 +259,74 @@ static void test_slice(void **state) {
   tc_release(b);
 }
 
+/* split and chunk: piece sizes as torch gives them, views (no bytes),
+** values along dim 0 and dim -1, writes through a piece, errors. */
+static void test_split_chunk(void **state) {
+  (void)state;
+  tc_tensor *b = iota(TC_SHAPE(10));
+  struct { bool chunk; int64_t arg; int n; int64_t sizes[10]; } cases[] = {
+      {false, 3, 4, {3, 3, 3, 1}},
+      {false, 5, 2, {5, 5}},
+      {false, 10, 1, {10}},
+      {false, 12, 1, {10}},
+      {true, 3, 3, {4, 4, 2}},
+      {true, 4, 4, {3, 3, 3, 1}},
+      {true, 6, 5, {2, 2, 2, 2, 2}},   /* fewer pieces than asked */
+      {true, 10, 10, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    tc_tensor *out[16];
+    uint64_t before = live_bytes();
+    int n = cases[k].chunk ? tc_chunk(b, (int)cases[k].arg, 0, out)
+                           : tc_split(b, cases[k].arg, 0, out, 16);
+    assert_true(live_bytes() == before);
+    if (n != cases[k].n)
+      fail_msg("%s(%lld): %d pieces, expected %d",
+               cases[k].chunk ? "chunk" : "split", (long long)cases[k].arg,
+               n, cases[k].n);
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+      assert_int_equal(tc_size(out[i], 0), cases[k].sizes[i]);
+      double *v = tu_read(out[i]);
+      for (int64_t j = 0; j < cases[k].sizes[i]; j++)
+        assert_true(v[j] == (double)(at + j));
+      at += cases[k].sizes[i];
+      free(v);
+      tc_release(out[i]);
+    }
+    assert_int_equal(at, 10);
+  }
+  /* 2-D along the last dim; a write through a piece reaches the base. */
+  tc_tensor *m = iota(TC_SHAPE(2, 5));
+  tc_tensor *p[3];
+  assert_int_equal(tc_split(m, 2, -1, p, 3), 3);
+  TU_SHAPE_IS(p[2], 2, ((const int64_t[]){2, 1}));
+  EXPECT_VALUES(p[1], 2, 3, 7, 8);
+  TU_OK(tc_fill_(p[1], -1));
+  EXPECT_VALUES(m, 0, 1, -1, -1, 4, 5, 6, -1, -1, 9);
+  for (int i = 0; i < 3; i++) tc_release(p[i]);
+  /* An empty dim: one empty piece. */
+  tc_tensor *e = TU_NN(tc_zeros(TC_F32, TC_SHAPE(0, 3)));
+  assert_int_equal(tc_chunk(e, 4, 0, p), 1);
+  assert_int_equal(tc_size(p[0], 0), 0);
+  tc_release(p[0]);
+  tc_release(e);
+  /* Errors: nothing written. */
+  p[0] = NULL;
+  assert_int_equal(tc_split(m, 0, 0, p, 3), -1);
+  assert_non_null(strstr(tc_last_error(), "size must be positive"));
+  assert_int_equal(tc_chunk(m, 0, 0, p), -1);
+  assert_int_equal(tc_split(m, 1, 1, p, 3), -1);   /* 5 pieces, room for 3 */
+  assert_non_null(strstr(tc_last_error(), "room for 3"));
+  assert_int_equal(tc_split(m, 1, 2, p, 3), -1);   /* no dim 2 */
+  assert_null(p[0]);
+  tc_tensor *z = TU_NN(tc_sum_all(m));
+  assert_int_equal(tc_chunk(z, 2, 0, p), -1);
+  tc_release(z);
+  tc_release(m);
+  tc_release(b);
+}
+
 static void test_expand(void **state) {
   (void)state;
   tc_tensor *b = iota(TC_SHAPE(3, 1));
@@ -451,6 +519,7 @@ int main(void) {
       cmocka_unit_test(test_reshape_of_noncontiguous),
       cmocka_unit_test(test_permute_transpose),
       cmocka_unit_test(test_slice),
+      cmocka_unit_test(test_split_chunk),
       cmocka_unit_test(test_expand),
       cmocka_unit_test(test_unsqueeze_squeeze),
       cmocka_unit_test(test_contiguous),

@@ -114,6 +114,7 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_GT: return tc_gt(in[0], in[1]);
   case TC_OP_GE: return tc_ge(in[0], in[1]);
   case TC_OP_WHERE: return tc_where(tc_gt(in[0], in[1]), in[0], in[1]);
+  case TC_OP_MASKED_FILL: return tc_masked_fill(in[0], tc_gt(in[1], in[0]), -7.5);
   case TC_OP_ADDS: return tc_add_scalar(in[0], 0.75);
   case TC_OP_SUBS: return tc_sub_scalar(in[0], -2.5);
   case TC_OP_MULS: return tc_mul_scalar(in[0], 3.25);
