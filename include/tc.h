@@ -161,7 +161,7 @@ TC_API tc_dtype tc_dtype_of(const tc_tensor *t);       /* TC_DTYPE__MAX on NULL 
 TC_API bool tc_is_contiguous(const tc_tensor *t);
 TC_API const char *tc_dtype_name(tc_dtype dt);
 TC_API size_t tc_dtype_size(tc_dtype dt);              /* 0 if invalid */
-/* The dtype binary ops produce (PyTorch's promotion, see docs/API.md). */
+/* The dtype binary ops produce (PyTorch's promotion, see docs/ARCHITECTURE.md, "Type promotion"). */
 TC_API tc_dtype tc_promote(tc_dtype a, tc_dtype b);
 
 /* -- Elementwise (NumPy broadcasting, PyTorch type promotion) -------------- */

@@ -1,6 +1,6 @@
 /*
 ** infer.c -- what every op checks at its call, in eager and traced mode
-** alike: NumPy broadcasting and PyTorch type promotion (docs/API.md).
+** alike: NumPy broadcasting and PyTorch type promotion (docs/ARCHITECTURE.md, "Type promotion").
 */
 #include "tensor.h"
 
