@@ -50,7 +50,16 @@ WORKLOADS = [
     ("W6m", "matmul 256x1024 @ 1024x4096", 0, 2.0 * 256 * 1024 * 4096),
     ("W7", "Adam step 16M f32 in place", 7.0 * M16 * 4, 0),
     ("W7f", "Adam, torch fused [peer only]", 7.0 * M16 * 4, 0),
+    ("W2p", "softmax 4096x4096 from primitives", 2.0 * M16 * 4, 0),
+    ("W3p", "layer_norm from primitives", 2.0 * 8192 * 1024 * 4 + 2.0 * 1024 * 4, 0),
+    ("W8", "RMSNorm 8192x1024 from primitives", 2.0 * 8192 * 1024 * 4 + 1024 * 4, 0),
+    ("W9", "25-op chain on 64 f32, read", 0, 0),
+    ("W10", "MLP + bias/gelu epilogues", 0, 2.0 * 256 * 1024 * 4096 * 2),
 ]
+
+# The workloads torch.compile also runs (--compile): the ones a fusing
+# compiler changes. Compile time is excluded (the warm-up runs compile).
+COMPILED = ("W1", "W2", "W2p", "W3", "W3p", "W6", "W7", "W8", "W9", "W10")
 
 
 def cpu_snap():
@@ -311,6 +320,58 @@ def torch_workloads(torch, reps, w5_loop):
     check(abs(float(p[123]) - p0 - dp) < 1e-6, "torch adam")
     out["W7"] = (adam, 1)
 
+    # The same Adam with the step's bias corrections as 0-d tensors, so
+    # that torch.compile traces one graph for every step (a Python int
+    # changing every call would recompile).
+    bc = torch.zeros(2)
+
+    def adam_t():
+        step[0] += 1
+        bc[0] = 1 - B1 ** step[0]
+        bc[1] = 1 - B2 ** step[0]
+        adam_update(bc)
+
+    def adam_update(bc):
+        m.mul_(B1).add_(g, alpha=1 - B1)
+        v.mul_(B2).addcmul_(g, g, value=1 - B2)
+        p.sub_(LR * (m / bc[0]) / ((v / bc[1]).sqrt() + EPS))
+    out["W7c"] = (adam_t, adam_update)
+
+    # Programs written from primitives, as tc-bench's W2p, W3p, W8, W9, W10.
+    def softmax_prims():
+        e = torch.exp(x2 - x2.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+    check(torch.allclose(softmax_prims(), torch.softmax(x2, -1), atol=1e-6), "torch softmax from primitives")
+    out["W2p"] = (softmax_prims, 1)
+
+    def layer_norm_prims():
+        d = x3 - x3.mean(-1, keepdim=True)
+        var = (d * d).mean(-1, keepdim=True)
+        return d * torch.rsqrt(var + 1e-5) * g3 + b3
+    check(torch.allclose(layer_norm_prims(), F.layer_norm(x3, (1024,), g3, b3, 1e-5), atol=1e-4),
+          "torch layer_norm from primitives")
+    out["W3p"] = (layer_norm_prims, 1)
+
+    x8, g8 = rn(8192, 1024), rn(1024)
+
+    def rms_norm():
+        return x8 * torch.rsqrt((x8 * x8).mean(-1, keepdim=True) + 1e-6) * g8
+    out["W8"] = (rms_norm, 1)
+
+    x9, y9 = rn(64), ru(64)
+
+    def chain():
+        a = x9
+        for _ in range(5):
+            a = ((a + y9) * 0.5 - x9) * y9 + 0.25
+        return a
+    ref9 = x9.double()
+    for _ in range(5):
+        ref9 = ((ref9 + y9.double()) * 0.5 - x9.double()) * y9.double() + 0.25
+    check(torch.allclose(chain().double(), ref9, atol=1e-5), "torch chain")
+    out["W9"] = (chain, 2000)
+    out["W10"] = (mlp, 1)
+
     # torch's own fused CPU Adam (one pass over p, g, m, v): what a fusing
     # compiler should approach. Skipped where this torch lacks it.
     try:
@@ -321,6 +382,32 @@ def torch_workloads(torch, reps, w5_loop):
         out["W7f"] = (opt.step, 1)
     except Exception as e:  # noqa: BLE001
         print(f"peers.py: torch fused Adam unavailable: {e}", file=sys.stderr)
+    return out
+
+
+def compiled_workloads(torch, reps, w5_loop, selected):
+    """torch_workloads' functions through torch.compile, for the ids in COMPILED."""
+    eager = torch_workloads(torch, reps, w5_loop)
+    ids = {w[0] for w in selected}
+    out = {}
+    for wid in COMPILED:
+        if wid not in ids:
+            continue
+        if wid == "W7":   # the step: Python bookkeeping around a compiled update
+            step_fn, update = eager["W7c"]
+            cu = torch.compile(update, dynamic=False)
+            bc = torch.zeros(2)
+            n = [0]
+
+            def adam_c(cu=cu, bc=bc, n=n):
+                n[0] += 1
+                bc[0] = 1 - B1 ** n[0]
+                bc[1] = 1 - B2 ** n[0]
+                cu(bc)
+            out[wid] = (adam_c, 1)
+            continue
+        fn, inner = eager[wid]
+        out[wid] = (torch.compile(fn, dynamic=False), inner)
     return out
 
 
@@ -350,12 +437,14 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, for a smoke test")
-    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W3 W4 W4b W4c W5 W6 W6m W7 W7f)")
+    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10)")
     ap.add_argument("--json", help="write results as JSON to this file")
     ap.add_argument("--tc-json", help="tc-bench --json output: use its floor, show its eager times")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for BLAS/torch (default: all)")
     ap.add_argument("--reps", type=int, help="timed runs per workload (default 11, --quick 3)")
     ap.add_argument("--no-torch", action="store_true", help="skip torch even when installed")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile (inductor, CPU) on " + " ".join(COMPILED))
     args = ap.parse_args()
 
     reps = args.reps or (3 if args.quick else 11)
@@ -412,9 +501,14 @@ def main():
         with torch.no_grad():
             impls["torch"] = torch_workloads(torch, reps, w5_loop)
 
+    if torch and args.compile:
+        print("peers.py: torch.compile workloads (compiling in the warm-up runs) ...", file=sys.stderr)
+        with torch.no_grad():
+            impls["torch.compile"] = compiled_workloads(torch, reps, w5_loop, selected)
+
     results = {}
     for lib, fns in impls.items():
-        ctx = torch.no_grad() if (lib == "torch") else None
+        ctx = torch.no_grad() if lib.startswith("torch") else None
         if ctx:
             ctx.__enter__()
         for wid, *_ in selected:
@@ -444,6 +538,8 @@ def main():
     print(f"floors below use {floor_bw:.1f} GB/s ({floor_src})\n")
 
     cols = ["numpy", "torch"] if torch else ["numpy"]
+    if "torch.compile" in impls:
+        cols.append("torch.compile")
     hdr = f"{'id':<4} {'workload':<31} {'bytes':>9} {'floor':>10}"
     if tc:
         hdr += f" {'tc eager':>11} {'ratio':>7}"
@@ -499,6 +595,8 @@ def main():
           "  numpy     plain NumPy as a user writes it (temporaries included); elementwise ufuncs run on\n"
           "            one thread, matmul on OpenBLAS with the threads shown\n"
           "  torch     PyTorch CPU eager, no autograd; W7f is torch.optim.Adam(fused=True)\n"
+          "  torch.compile  the torch function through torch.compile (inductor), after warm-ups that compile\n"
+          "            it; W7 passes the bias corrections as tensors so one graph serves every step\n"
           "  W4c/W7f   peer-only rows: the fused form of W4 / W7 that a fusing runtime should approach")
 
     if args.json:

@@ -65,13 +65,18 @@ extern "C" {
 
 typedef struct tc_tensor tc_tensor;   /* opaque, refcounted handle */
 
-/* ORDER DTYPE: promotion ranks follow this order within a category. */
+/* Promotion follows PyTorch: bool < integers < floats, then the wider type;
+** f16 with bf16 is f32. TC_F16 (IEEE half) and TC_BF16 (bfloat16) are
+** storage types: ops compute in f32 and round to nearest even when they
+** store; C data of them is uint16_t bits. */
 typedef enum {
   TC_BOOL,
   TC_I32,
   TC_I64,
   TC_F32,
   TC_F64,
+  TC_F16,
+  TC_BF16,
   TC_DTYPE__MAX
 } tc_dtype;
 
@@ -129,7 +134,8 @@ TC_API tc_tensor *tc_rand(tc_dtype dt, int ndim, const int64_t *shape,
                           uint64_t seed);
 TC_API tc_tensor *tc_randn(tc_dtype dt, int ndim, const int64_t *shape,
                            uint64_t seed);
-/* Copies nbytes = numel * element size from data (C order). */
+/* Copies nbytes = numel * element size from data (C order); TC_F16 and
+** TC_BF16 data are uint16_t bit patterns (as tc_copy_to writes them). */
 TC_API tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
                                const void *data, size_t nbytes);
 

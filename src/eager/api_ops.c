@@ -159,7 +159,8 @@ tc_tensor *tc_masked_fill(tc_tensor *a, tc_tensor *mask, double value)
   if (tensor_broadcast(fn, 2, (const tc_tensor *const *)in, &c.ndim,
                        c.shape) < 0)
     return NULL;
-  c.dtype = c.cdtype = (tc_dtype)a->dtype;
+  c.dtype = (tc_dtype)a->dtype;
+  c.cdtype = tensor_compute_of(c.dtype);
   return handed_out(eager_dispatch(&c));
 }
 
@@ -269,8 +270,9 @@ static bool dim_call(eager_call *c, const char *fn, tc_op op, tc_tensor *a,
     return false;
   call_init(c, fn, op, 1, &a);
   c->dim = d;
-  c->dtype = c->cdtype = tensor_result_dtype(
-    fn, op, 1, (const tc_tensor *const *)&a, NULL);
+  c->dtype = tensor_result_dtype(fn, op, 1, (const tc_tensor *const *)&a,
+                                 NULL);
+  c->cdtype = tensor_compute_of(c->dtype);
   return c->dtype != TC_DTYPE__MAX;
 }
 
@@ -332,9 +334,9 @@ tc_tensor *tc_sum_all(tc_tensor *a)
     return NULL;
   eager_call c;
   call_init(&c, __func__, TC_OP_SUM_ALL, 1, &a);
-  c.dtype = c.cdtype = tensor_result_dtype(__func__, TC_OP_SUM_ALL, 1,
-                                           (const tc_tensor *const *)&a,
-                                           NULL);
+  c.dtype = tensor_result_dtype(__func__, TC_OP_SUM_ALL, 1,
+                                (const tc_tensor *const *)&a, NULL);
+  c.cdtype = tensor_compute_of(c.dtype);
   c.ndim = 0;
   return handed_out(eager_dispatch(&c));
 }
@@ -398,8 +400,8 @@ tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma, tc_tensor *beta,
   call_init(&c, fn, TC_OP_LAYER_NORM, 3, all);
   c.s[0] = eps;
   c.dim = x->ndim - 1;
-  c.dtype = c.cdtype = tensor_result_dtype(fn, TC_OP_LAYER_NORM, k, dts,
-                                           c.s);
+  c.dtype = tensor_result_dtype(fn, TC_OP_LAYER_NORM, k, dts, c.s);
+  c.cdtype = tensor_compute_of(c.dtype);
   c.ndim = x->ndim;
   memcpy(c.shape, x->shape, sizeof(int64_t) * x->ndim);
   return handed_out(eager_dispatch(&c));   /* absent gamma/beta are NULL */
@@ -436,13 +438,14 @@ tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b)
   }
   tc_dtype dt = tc_promote((tc_dtype)a->dtype, (tc_dtype)b->dtype);
   if (!tensor_dtype_is_float(dt)) {
-    tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s (matmul needs f32 or "
-              "f64)", fn, tc_dtype_name(dt));
+    tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s (matmul needs a "
+              "float dtype)", fn, tc_dtype_name(dt));
     return NULL;
   }
   eager_call c;
   call_init(&c, fn, TC_OP_MATMUL, 2, in);
-  c.dtype = c.cdtype = dt;
+  c.dtype = dt;
+  c.cdtype = tensor_compute_of(dt);
   c.ndim = 0;
   if (a->ndim == 3 || b->ndim == 3)
     c.shape[c.ndim++] = ba == 1 ? bb : ba;   /* a batch of 0 stays 0 */

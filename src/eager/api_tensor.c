@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "eager.h"
+#include "../tensor/half.h"
 
 static tc_tensor *handed_out(tc_tensor *t)
 {
@@ -142,14 +143,24 @@ static void rand_range(void *ctx, int64_t lo, int64_t hi)
       double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
       v = (i & 1) ? r * sin(th) : r * cos(th);
     }
-    if (j->t->dtype == TC_F32) {
-      float f = (float)v;
-      if (!j->normal && f >= 1.0f)   /* rounding up to 1 leaves [0, 1) */
-        f = 0x1.fffffep-1f;
-      ((float *)tensor_ptr(j->t))[i] = f;
-    } else {
+    tc_dtype dt = (tc_dtype)j->t->dtype;
+    if (dt == TC_F64) {
       ((double *)tensor_ptr(j->t))[i] = v;
+      continue;
     }
+    float f = (float)v;
+    if (!j->normal && f >= 1.0f)   /* rounding up to 1 leaves [0, 1) */
+      f = 0x1.fffffep-1f;
+    if (dt == TC_F32) {
+      ((float *)tensor_ptr(j->t))[i] = f;
+      continue;
+    }
+    /* the storage types: rounded from f32, and [0, 1) kept below 1 */
+    uint16_t h = dt == TC_F16 ? half_f16_from_f32(f) : half_bf16_from_f32(f);
+    if (!j->normal && (dt == TC_F16 ? half_f32_from_f16(h)
+                                    : half_f32_from_bf16(h)) >= 1.0f)
+      h--;   /* the largest value below 1 */
+    ((uint16_t *)tensor_ptr(j->t))[i] = h;
   }
 }
 
@@ -158,7 +169,7 @@ static tc_tensor *random_tensor(const char *fn, tc_dtype dt, int ndim,
                                 bool normal)
 {
   if (tensor_dtype_valid(dt) && !tensor_dtype_is_float(dt)) {
-    tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s (needs f32 or f64)", fn,
+    tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s (needs a float dtype)", fn,
               tc_dtype_name(dt));
     return NULL;
   }

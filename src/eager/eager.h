@@ -98,6 +98,7 @@ void eager_register_cpu_reduce(void);
 void eager_register_cpu_composite(void);
 void eager_register_cpu_matmul(void);
 void eager_register_cpu_misc(void);
+void eager_register_cpu_half(void);
 
 /* Canonical reduction order (principle 2), shared by every kernel that
 ** sums: chunks of EAGER_CHUNK elements; within a chunk EAGER_LANES lane

@@ -11,6 +11,7 @@
 
 #include "eager.h"
 #include "../tensor/expr.h"
+#include "../tensor/half.h"
 
 typedef void (*pw_fn)(int64_t n, void *out, const void *const *in,
                       const double *s);
@@ -109,6 +110,26 @@ static const pw_fn pw_table[TC_OP__MAX][TC_DTYPE__MAX] = {
 
 #define PAIR(d, s) ((d) * TC_DTYPE__MAX + (s))
 
+/* To and from the storage types: through f32, as PyTorch's c10::Half and
+** c10::BFloat16 convert (a double or a wide integer is rounded to f32
+** first). The JIT emits the same rules (half.h). */
+#define TO_F16(x)  half_f16_from_f32((float)(x))
+#define TO_BF16(x) half_bf16_from_f32((float)(x))
+#define HALF_TO(d, h) \
+  case PAIR(d, TC_BOOL): CONV_LOOP(uint16_t, uint8_t, h(x))   \
+  case PAIR(d, TC_I32):  CONV_LOOP(uint16_t, int32_t, h(x))   \
+  case PAIR(d, TC_I64):  CONV_LOOP(uint16_t, int64_t, h(x))   \
+  case PAIR(d, TC_F32):  CONV_LOOP(uint16_t, float, h(x))     \
+  case PAIR(d, TC_F64):  CONV_LOOP(uint16_t, double, h(x))    \
+  case PAIR(d, TC_F16):  CONV_LOOP(uint16_t, uint16_t, h(half_f32_from_f16(x))) \
+  case PAIR(d, TC_BF16): CONV_LOOP(uint16_t, uint16_t, h(half_f32_from_bf16(x)))
+#define HALF_FROM(s, f) \
+  case PAIR(TC_BOOL, s): CONV_LOOP(uint8_t, uint16_t, CV_b8(f(x)))           \
+  case PAIR(TC_I32, s):  CONV_LOOP(int32_t, uint16_t, CVF_i32(float, f(x)))  \
+  case PAIR(TC_I64, s):  CONV_LOOP(int64_t, uint16_t, CVF_i64(float, f(x)))  \
+  case PAIR(TC_F32, s):  CONV_LOOP(float, uint16_t, f(x))                    \
+  case PAIR(TC_F64, s):  CONV_LOOP(double, uint16_t, (double)f(x))
+
 void eager_convert(tc_dtype dd, void *dst, int64_t dstride, tc_dtype sd,
                    const void *src, int64_t sstride, int64_t n)
 {
@@ -138,6 +159,10 @@ void eager_convert(tc_dtype dd, void *dst, int64_t dstride, tc_dtype sd,
   case PAIR(TC_F64, TC_I64):   CONV_LOOP(double, int64_t, x)
   case PAIR(TC_F64, TC_F32):   CONV_LOOP(double, float, x)
   case PAIR(TC_F64, TC_F64):   CONV_LOOP(double, double, x)
+  HALF_TO(TC_F16, TO_F16)
+  HALF_TO(TC_BF16, TO_BF16)
+  HALF_FROM(TC_F16, half_f32_from_f16)
+  HALF_FROM(TC_BF16, half_f32_from_bf16)
   }
   TC_ASSERT(0, "bad dtype pair");
 }

@@ -972,7 +972,8 @@ static int build_rows_general(fb *b, int s)
     const fuse_node *nd = &g->nodes[i];
     if (b->step[i] != s || kind_of(nd) == NK_PW)
       continue;
-    tc_dtype dt = (tc_dtype)nd->dtype;
+    /* accumulated in the compute dtype, rounded to the node's dtype */
+    tc_dtype dt = tensor_compute_of((tc_dtype)nd->dtype);
     b->first = b->member < 0;
     b->member = i;
     int x = kir_cast(k, dt, eval_edge(b, &nd->in[0], rs->r, rs->shape,
@@ -993,6 +994,7 @@ static int build_rows_general(fb *b, int s)
     }
     if (rv >= 0 && nd->op == TC_OP_MEAN)
       rv = kir_emit(k, KOP_DIV, dt, rv, row_len_value(b, i, dt), -1);
+    rv = kir_cast(k, (tc_dtype)nd->dtype, rv);
     if (rv < 0)
       return b->reason[0] ? -1 : fail(b, "kernel too large");
     b->rowval[i] = rv;
@@ -1033,7 +1035,7 @@ static int build_sum_all(fb *b, int s, int n)
   const fuse_edge *e0 = &nd->in[0];
   int r;
   const int64_t *ishape = edge_shape(g, e0, &r);
-  tc_dtype dt = (tc_dtype)nd->dtype;
+  tc_dtype dt = tensor_compute_of((tc_dtype)nd->dtype);
   int x;
   vmap um = { .ndim = r };
   b->first = true;
@@ -1137,14 +1139,19 @@ static void mark_epilogues(fb *b)
       continue;
     int ndim;
     const int64_t *shape;
+    tc_dtype dt;
     if (e->out.kind == FREF_TEMP) {
       ndim = p->temps[e->out.index].ndim;
       shape = p->temps[e->out.index].shape;
+      dt = (tc_dtype)p->temps[e->out.index].dtype;
     } else {
       const fuse_node *n = &g->nodes[g->out_node[e->out.index]];
       ndim = n->ndim;
       shape = n->shape;
+      dt = (tc_dtype)n->dtype;
     }
+    if (tensor_dtype_is_half(dt))   /* computed in f32 by eager's wrapper */
+      continue;
     int64_t numel = 1, units = 1;
     for (int d = 0; d < ndim; d++)
       numel *= shape[d];
@@ -1403,6 +1410,7 @@ static fuse_edge xop(xgraph *x, const fuse_node *c, tc_op op, int nin,
   nd.in[2] = (fuse_edge){ .src = FUSE_ABSENT };
   nd.sc[0] = sc;
   nd.sc[1] = (fuse_scalar){ -1, 0 };
+  nd.dtype = nd.cdtype = c->cdtype;   /* decompose() sets the result's */
   fuse_edge out = { .src = FUSE_ABSENT };
   if (x->nomem)
     return out;
@@ -1465,7 +1473,10 @@ static int decompose(xgraph *x, const fuse_node *c)
   default:
     break;
   }
-  return x->nomem ? -1 : out.src;
+  if (x->nomem || out.src < 0)
+    return x->nomem ? -1 : out.src;
+  x->nodes[out.src].dtype = c->dtype;   /* rounded once, when stored */
+  return out.src;
 }
 
 #undef NOSC

@@ -110,6 +110,7 @@ void jcpu_types_init(gcc_jit_context *ctx, jb_types *t)
   t->b = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_BOOL);
   t->i = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT);
   t->u8 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT8_T);
+  t->u16 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT16_T);
   t->i32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT32_T);
   t->u32 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_UINT32_T);
   t->i64 = gcc_jit_context_get_type(ctx, GCC_JIT_TYPE_INT64_T);

@@ -5,7 +5,8 @@
 ** code). The rules are expr.h's: operands of arithmetic have the
 ** instruction's dtype, comparisons take two operands of one dtype,
 ** transcendentals/DIV/SQRT are float only, a ROWVAR is read only by later
-** passes, a STORE_ROW value loads nothing along the row.
+** passes, a STORE_ROW value loads nothing along the row; the storage
+** dtypes (f16, bf16) are only loaded, converted and stored.
 */
 #include <stdio.h>
 
@@ -35,6 +36,9 @@ static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
   int d0 = n > 0 ? k->ins[in->arg[0]].dtype : dt;
   int d1 = n > 1 ? k->ins[in->arg[1]].dtype : dt;
   const char *nm = kir_opname[in->op];
+  if (jcpu_is_half(dt) && in->op != KOP_LOAD && in->op != KOP_CAST &&
+      in->op != KOP_CONST)   /* storage dtypes are computed in f32 */
+    return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
   switch (in->op) {
   case KOP_ADD: case KOP_SUB: case KOP_MUL: case KOP_MAXIMUM:
   case KOP_MINIMUM:

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "jcpu_impl.h"
+#include "../tensor/half.h"
 #include "../eager/eager.h"   /* EAGER_CHUNK, EAGER_LANES */
 
 _Static_assert(EAGER_LANES == 16, "the lane array and halving assume 16");
@@ -68,9 +69,15 @@ static gcc_jit_type *ty(cg *g, int dt)
   case TC_BOOL: return t->u8;
   case TC_I32: return t->i32;
   case TC_I64: return t->i64;
-  case TC_F32: return t->f32;
+  case TC_F32: case TC_F16: case TC_BF16: return t->f32;
   default: return t->f64;
   }
+}
+
+/* The type of a buffer element: a storage dtype's bits are uint16_t. */
+static gcc_jit_type *sty(cg *g, int dt)
+{
+  return jcpu_is_half(dt) ? g->j.t->u16 : ty(g, dt);
 }
 
 static gcc_jit_rvalue *I64(cg *g, int64_t v)
@@ -213,11 +220,113 @@ static gcc_jit_rvalue *maxmin(cg *g, bool max, int dt, gcc_jit_rvalue *x,
   return jb_sel(j, ty(g, dt), c, x, y);
 }
 
+/* -- The storage dtypes: tensor/half.h's steps, as selects ----------------------- */
+
+static gcc_jit_rvalue *U32(cg *g, uint32_t v)
+{
+  return jb_uconst(&g->j, g->j.t->u32, v);
+}
+
+static gcc_jit_rvalue *ubin(cg *g, enum gcc_jit_binary_op op,
+                            gcc_jit_rvalue *a, gcc_jit_rvalue *b)
+{
+  return jb_bin(&g->j, op, a, b);
+}
+
+static gcc_jit_rvalue *usel(cg *g, gcc_jit_rvalue *c, gcc_jit_rvalue *a,
+                            gcc_jit_rvalue *b)
+{
+  return jb_sel(&g->j, g->j.t->u32, c, a, b);
+}
+
+static gcc_jit_rvalue *ucmp(cg *g, enum gcc_jit_comparison op,
+                            gcc_jit_rvalue *a, uint32_t b)
+{
+  return jb_cmp(&g->j, op, a, U32(g, b));
+}
+
+#define UB(op, a, b) ubin(g, GCC_JIT_BINARY_OP_##op, a, b)
+#define AS_F(u) jb_bitcast(j, u, j->t->f32)
+#define AS_U(f) jb_bitcast(j, f, j->t->u32)
+
+/* half_f16_from_f32 / half_bf16_from_f32: f32 -> bits (as u32) */
+static gcc_jit_rvalue *half_bits(cg *g, int dt, gcc_jit_rvalue *x)
+{
+  jb *j = &g->j;
+  gcc_jit_rvalue *u = jb_let(j, "hu", j->t->u32, AS_U(x));
+  if (dt == TC_BF16) {
+    gcc_jit_rvalue *r = UB(RSHIFT, UB(PLUS, UB(PLUS, u, U32(g, 0x7fffu)),
+                                      UB(BITWISE_AND, UB(RSHIFT, u, U32(g, 16)),
+                                         U32(g, 1))), U32(g, 16));
+    gcc_jit_rvalue *q = UB(BITWISE_OR, UB(RSHIFT, u, U32(g, 16)),
+                           U32(g, 0x40u));
+    return usel(g, ucmp(g, GCC_JIT_COMPARISON_GT,
+                        UB(BITWISE_AND, u, U32(g, 0x7fffffffu)), 0x7f800000u),
+                q, r);
+  }
+  gcc_jit_rvalue *sign = jb_let(j, "hs", j->t->u32,
+                                UB(BITWISE_AND, u, U32(g, 0x80000000u)));
+  gcc_jit_rvalue *a = jb_let(j, "ha", j->t->u32, UB(BITWISE_XOR, u, sign));
+  gcc_jit_rvalue *big = usel(g, ucmp(g, GCC_JIT_COMPARISON_GT, a, 0x7f800000u),
+                             U32(g, 0x7e00u), U32(g, 0x7c00u));
+  gcc_jit_rvalue *sub = UB(MINUS,
+    AS_U(jb_bin(j, GCC_JIT_BINARY_OP_PLUS, AS_F(a), AS_F(U32(g, 126u << 23)))),
+    U32(g, 126u << 23));
+  gcc_jit_rvalue *nrm = UB(RSHIFT,
+    UB(PLUS, UB(PLUS, a, U32(g, ((uint32_t)(15 - 127) << 23) + 0xfffu)),
+       UB(BITWISE_AND, UB(RSHIFT, a, U32(g, 13)), U32(g, 1))), U32(g, 13));
+  gcc_jit_rvalue *h = usel(g, ucmp(g, GCC_JIT_COMPARISON_GE, a, 143u << 23), big,
+                           usel(g, ucmp(g, GCC_JIT_COMPARISON_LT, a, 113u << 23),
+                                sub, nrm));
+  return UB(BITWISE_OR, h, UB(RSHIFT, sign, U32(g, 16)));
+}
+
+/* half_f32_from_f16 / half_f32_from_bf16: bits (any unsigned) -> f32 */
+static gcc_jit_rvalue *half_value(cg *g, int dt, gcc_jit_rvalue *bits)
+{
+  jb *j = &g->j;
+  gcc_jit_rvalue *h = jb_let(j, "hb", j->t->u32, jb_cast(j, bits, j->t->u32));
+  if (dt == TC_BF16)
+    return AS_F(UB(LSHIFT, h, U32(g, 16)));
+  gcc_jit_rvalue *o = jb_let(j, "ho", j->t->u32,
+    UB(PLUS, UB(LSHIFT, UB(BITWISE_AND, h, U32(g, 0x7fffu)), U32(g, 13)),
+       U32(g, (uint32_t)(127 - 15) << 23)));
+  gcc_jit_rvalue *e = UB(BITWISE_AND, UB(LSHIFT, h, U32(g, 13)),
+                         U32(g, 0x7c00u << 13));
+  gcc_jit_rvalue *inf = UB(PLUS, o, U32(g, (uint32_t)(128 - 16) << 23));
+  gcc_jit_rvalue *sub = AS_U(jb_bin(j, GCC_JIT_BINARY_OP_MINUS,
+                                    AS_F(UB(PLUS, o, U32(g, 1u << 23))),
+                                    AS_F(U32(g, 113u << 23))));
+  gcc_jit_rvalue *e2 = jb_let(j, "he", j->t->u32, e);
+  o = usel(g, ucmp(g, GCC_JIT_COMPARISON_EQ, e2, 0x7c00u << 13), inf,
+           usel(g, ucmp(g, GCC_JIT_COMPARISON_EQ, e2, 0), sub, o));
+  return AS_F(UB(BITWISE_OR, o, UB(LSHIFT, UB(BITWISE_AND, h, U32(g, 0x8000u)),
+                                   U32(g, 16))));
+}
+
+#undef UB
+#undef AS_F
+#undef AS_U
+
+/* An f32 rounded to storage dtype dt (an f32 again). */
+static gcc_jit_rvalue *half_round(cg *g, int dt, gcc_jit_rvalue *x)
+{
+  return half_value(g, dt, half_bits(g, dt, x));
+}
+
 /* eager_convert's rules: float -> int saturates with NaN -> 0; anything ->
-** bool is x != 0; int narrowing truncates; the rest are C conversions. */
+** bool is x != 0; int narrowing truncates; the rest are C conversions.
+** The storage dtypes convert through f32 (their registers are f32). */
 static gcc_jit_rvalue *convert(cg *g, gcc_jit_rvalue *x, int from, int to)
 {
   jb *j = &g->j;
+  if (from == to)
+    return x;
+  if (jcpu_is_half(to))
+    return half_round(g, to, convert(g, x, jcpu_is_half(from) ? TC_F32 : from,
+                                     TC_F32));
+  if (jcpu_is_half(from))
+    from = TC_F32;
   if (from == to)
     return x;
   if (to == TC_BOOL)
@@ -263,6 +372,12 @@ static gcc_jit_rvalue *konst(cg *g, int dt, double v)
   switch (dt) {
   case TC_F32: case TC_F64:
     return jb_fconst(j, ty(g, dt), v);
+  case TC_F16:
+    return jb_fconst(j, ty(g, dt), half_f32_from_f16(half_f16_from_f32(
+                                                       (float)v)));
+  case TC_BF16:
+    return jb_fconst(j, ty(g, dt), half_f32_from_bf16(half_bf16_from_f32(
+                                                        (float)v)));
   case TC_BOOL:
     return jb_iconst(j, j->t->u8, v != v ? 0 : v >= 0 && v < 256.0
                                    ? (int64_t)(uint8_t)v : v != 0);
@@ -293,6 +408,22 @@ static gcc_jit_lvalue *elem(cg *g, int b)
   else
     idx = jb_bin(j, GCC_JIT_BINARY_OP_MULT, g->at, g->st[b][g->axis]);
   return gcc_jit_context_new_array_access(j->ctx, NULL, p, idx);
+}
+
+/* Buffer b's element here, as a register value of its dtype. */
+static gcc_jit_rvalue *load_elem(cg *g, int b)
+{
+  gcc_jit_rvalue *x = gcc_jit_lvalue_as_rvalue(elem(g, b));
+  int dt = g->k->buf[b].dtype;
+  return jcpu_is_half(dt) ? half_value(g, dt, x) : x;
+}
+
+/* x (a value of buffer b's dtype, already rounded to it) as stored. */
+static gcc_jit_rvalue *stored_form(cg *g, int b, gcc_jit_rvalue *x)
+{
+  int dt = g->k->buf[b].dtype;
+  return jcpu_is_half(dt) ? jb_cast(&g->j, half_bits(g, dt, x), g->j.t->u16)
+                          : x;
 }
 
 /* ROWVAR p: a local in row mode; slot p of `rowvars` in split mode. */
@@ -376,7 +507,7 @@ static gcc_jit_rvalue *instr_expr(cg *g, int i)
   case KOP_SCALAR:
     return jb_cast(j, gcc_jit_lvalue_as_rvalue(gcc_jit_context_new_array_access(
                         j->ctx, NULL, g->scalars, I64(g, in->ref))), t);
-  case KOP_LOAD: return gcc_jit_lvalue_as_rvalue(elem(g, in->ref));
+  case KOP_LOAD: return load_elem(g, in->ref);
   case KOP_ROWVAR: return rowvar_of(g, in->ref, dt);
   case KOP_CAST: return convert(g, a, da, dt);
   }
@@ -418,7 +549,7 @@ static void store(cg *g, int out, int v)
 {
   gcc_jit_rvalue *x = value(g, v);
   x = convert(g, x, g->k->ins[v].dtype, g->k->buf[out].dtype);
-  jb_assign(&g->j, elem(g, out), x);
+  jb_assign(&g->j, elem(g, out), stored_form(g, out, x));
 }
 
 /* -- Reductions ------------------------------------------------------------------ */
@@ -469,7 +600,8 @@ static void lane_step(cg *g, const kir_pass *ps, gcc_jit_lvalue *acc,
                  j->ctx, NULL, gcc_jit_lvalue_as_rvalue(acc), l), r);
   if (ps->out >= 0 && !stored)   /* a storing reduction: keep the value */
     jb_assign(j, elem(g, ps->out),
-              convert(g, v, dt, g->k->buf[ps->out].dtype));
+              stored_form(g, ps->out,
+                          convert(g, v, dt, g->k->buf[ps->out].dtype)));
   scope_pop(g, prev);
   g->at = NULL;
 }
@@ -774,9 +906,9 @@ static void fn_setup(cg *g)
       gcc_jit_context_new_array_access(j->ctx, NULL, g->bufs, I64(g, b)));
     char name[16];
     snprintf(name, sizeof name, "buf%d", b);
-    g->base[b] = jb_let(j, name, gcc_jit_type_get_pointer(ty(g, k->buf[b].dtype)),
+    g->base[b] = jb_let(j, name, gcc_jit_type_get_pointer(sty(g, k->buf[b].dtype)),
                         jb_cast(j, raw, gcc_jit_type_get_pointer(
-                                          ty(g, k->buf[b].dtype))));
+                                          sty(g, k->buf[b].dtype))));
   }
   int rowax = k->ndim;
   if (!k->dynamic) {
@@ -917,7 +1049,7 @@ static void map_blocked(cg *g, gcc_jit_rvalue *len)
     char name[16];
     snprintf(name, sizeof name, "blk%d", p);
     gcc_jit_type *at = gcc_jit_context_new_array_type(
-      j->ctx, NULL, ty(g, k->buf[k->pass[p].out].dtype), MAP_BLOCK);
+      j->ctx, NULL, sty(g, k->buf[k->pass[p].out].dtype), MAP_BLOCK);
     tmp[p] = gcc_jit_function_new_local(j->fn, NULL, at, name);
   }
   loop lb, l1, l2;
@@ -934,9 +1066,10 @@ static void map_blocked(cg *g, gcc_jit_rvalue *len)
   int prev = scope_push(g);
   for (int p = 0; p < k->npasses; p++) {
     const kir_pass *ps = &k->pass[p];
-    gcc_jit_rvalue *x = convert(g, value(g, ps->value),
-                                k->ins[ps->value].dtype,
-                                k->buf[ps->out].dtype);
+    gcc_jit_rvalue *x = stored_form(g, ps->out,
+                                    convert(g, value(g, ps->value),
+                                            k->ins[ps->value].dtype,
+                                            k->buf[ps->out].dtype));
     jb_assign(j, gcc_jit_context_new_array_access(
                    j->ctx, NULL, gcc_jit_lvalue_as_rvalue(tmp[p]), i), x);
   }

@@ -14,7 +14,7 @@
 
 /* The types every kernel uses, fetched once per context. */
 typedef struct {
-  gcc_jit_type *v, *b, *i, *u8, *i32, *u32, *i64, *u64, *f32, *f64;
+  gcc_jit_type *v, *b, *i, *u8, *u16, *i32, *u32, *i64, *u64, *f32, *f64;
   gcc_jit_type *cp, *cpp, *dp, *i64p, *vp;   /* char*, char**, double*,
                                                 int64_t*, void* */
 } jb_types;
@@ -71,7 +71,12 @@ int jcpu_check(const kir_kernel *k, char *reason, size_t rlen);
 /* Mark every instruction value v reaches (itself included). */
 void jcpu_closure(const kir_kernel *k, int v, uint8_t *mark);
 
-static inline bool jcpu_is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
+static inline bool jcpu_is_half(int dt) { return dt == TC_F16 || dt == TC_BF16; }
+/* A value of a storage dtype is an f32 in registers (rounded to it). */
+static inline bool jcpu_is_float(int dt)
+{
+  return dt == TC_F32 || dt == TC_F64 || jcpu_is_half(dt);
+}
 
 /* Which entries a kernel has. Static kernels follow kir_split(). A dynamic
 ** ROWS kernel learns its row count only at launch, so it gets both the row

@@ -84,11 +84,8 @@ static tc_dtype promoted(tc_op op, int n, const tc_tensor *const *ts,
 {
   int first = op == TC_OP_WHERE ? 1 : 0;
   tc_dtype dt = TC_BOOL;
-  /* tc_promote, inline (a tensor's dtype is always valid): tc.h lists the
-  ** dtypes in promotion order, so promotion is the larger one. */
   for (int i = first; i < n; i++)
-    if (ts[i]->dtype > dt)
-      dt = (tc_dtype)ts[i]->dtype;
+    dt = tensor_promote(dt, (tc_dtype)ts[i]->dtype);
   if (op_table[op].nsc > 0 && !tensor_dtype_is_float(dt)) {
     if (!integral_scalars(op, s))
       dt = TC_F32;
@@ -130,11 +127,12 @@ tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
 }
 
 /* The dtype a pointwise op computes in: its result dtype, except that
-** comparisons compute in the promoted input dtype. */
+** comparisons compute in the promoted input dtype; f32 for the storage
+** types. */
 tc_dtype tensor_compute_dtype(tc_op op, int n, const tc_tensor *const *ts,
                               const double *s, tc_dtype result)
 {
   if (op_table[op].type == TR_CMP)
-    return promoted(op, n, ts, s);
-  return result;
+    return tensor_compute_of(promoted(op, n, ts, s));
+  return tensor_compute_of(result);
 }

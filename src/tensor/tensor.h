@@ -51,9 +51,28 @@ static inline bool tensor_dtype_valid(tc_dtype dt)
 {
   return (unsigned)dt < TC_DTYPE__MAX;
 }
+static inline bool tensor_dtype_is_half(tc_dtype dt)
+{
+  return dt == TC_F16 || dt == TC_BF16;
+}
 static inline bool tensor_dtype_is_float(tc_dtype dt)
 {
-  return dt == TC_F32 || dt == TC_F64;
+  return dt == TC_F32 || dt == TC_F64 || tensor_dtype_is_half(dt);
+}
+/* The dtype a value of dtype dt is computed in: f32 for the storage types. */
+static inline tc_dtype tensor_compute_of(tc_dtype dt)
+{
+  return tensor_dtype_is_half(dt) ? TC_F32 : dt;
+}
+/* PyTorch's promotion among tensors of equal standing (valid dtypes): the
+** higher category (bool < integer < float) wins, then the wider type;
+** f16 with bf16 is f32. */
+extern const int8_t tensor_dtype_rank[TC_DTYPE__MAX];
+static inline tc_dtype tensor_promote(tc_dtype a, tc_dtype b)
+{
+  if (tensor_dtype_rank[a] == tensor_dtype_rank[b] && a != b)
+    return tensor_dtype_is_half(a) ? TC_F32 : a > b ? a : b;
+  return tensor_dtype_rank[a] > tensor_dtype_rank[b] ? a : b;
 }
 
 /* -- Op table -------------------------------------------------------------- */

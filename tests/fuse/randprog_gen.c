@@ -163,7 +163,22 @@ typedef struct {
   int read_pct;            /* 100: reads as often as usual; 10: quiet */
 } gen;
 
-static bool is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
+static bool is_float(int dt)
+{
+  return dt == TC_F32 || dt == TC_F64 || dt == TC_F16 || dt == TC_BF16;
+}
+
+static const uint8_t float_dts[] = { TC_F32, TC_F64, TC_F16, TC_BF16 };
+
+/* A float dtype other than dt. */
+static int other_float(gen *g, int dt)
+{
+  int k;
+  do
+    k = float_dts[rn(&g->r, 4)];
+  while (k == dt);
+  return k;
+}
 
 static bool room(const gen *g, int steps)
 {
@@ -513,7 +528,7 @@ static void release_op(gen *g, int v)
 
 static int rand_float_dt(gen *g)
 {
-  return chance(&g->r, 85) ? g->dt : g->dt == TC_F32 ? TC_F64 : TC_F32;
+  return chance(&g->r, 85) ? g->dt : other_float(g, g->dt);
 }
 
 /* A shape that broadcasts to s: some dims become 1, some leading dims go. */
@@ -660,7 +675,7 @@ static void act_cast(gen *g)
   if (a < 0)
     return;
   int dt = g->p->val[a].dtype;
-  int to = dt == TC_F32 ? TC_F64 : dt == TC_F64 ? TC_F32 : rand_float_dt(g);
+  int to = is_float(dt) ? other_float(g, dt) : rand_float_dt(g);
   cast_op(g, a, to);
 }
 
@@ -1410,7 +1425,9 @@ void rp_generate(rp_prog *p, uint64_t seed)
   g->p = p;
   g->r.s = mix64(seed * 0x9E3779B97F4A7C15ull + 12345);
   g->seeds = seed * 7919 + 1;
-  g->dt = (uint8_t)(chance(&g->r, 75) ? TC_F32 : TC_F64);
+  uint32_t pick_dt = rn(&g->r, 100);   /* f32 65%, f64 20%, f16, bf16 */
+  g->dt = pick_dt < 65 ? TC_F32 : pick_dt < 85 ? TC_F64
+          : pick_dt < 93 ? TC_F16 : TC_BF16;
   g->group[0] = g->group[1] = g->group[2] = -1;
   g->read_pct = chance(&g->r, 35) ? 10 : 100;
   p->var[0] = (rp_var){ .kind = SV_ONE };

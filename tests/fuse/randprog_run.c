@@ -36,7 +36,8 @@ static const char *const inplace_s_fn[RP_IS__N] = {
   "tc_fill_",
 };
 static const char *const dtype_c[] = { "TC_BOOL", "TC_I32", "TC_I64",
-                                       "TC_F32", "TC_F64" };
+                                       "TC_F32", "TC_F64", "TC_F16",
+                                       "TC_BF16" };
 
 typedef tc_tensor *(*un_fn)(tc_tensor *);
 typedef tc_tensor *(*bin_fn)(tc_tensor *, tc_tensor *);
@@ -273,6 +274,19 @@ static double elem(const void *b, int dt, size_t i)
   case TC_F64: return ((const double *)b)[i];
   case TC_I64: return (double)((const int64_t *)b)[i];
   case TC_I32: return ((const int32_t *)b)[i];
+  case TC_F16: {   /* only for reports and NaN tests: value, roughly */
+    uint16_t h = ((const uint16_t *)b)[i];
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 31 ? (m ? NAN : INFINITY)
+               : e ? ldexp(1 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+    return h >> 15 ? -v : v;
+  }
+  case TC_BF16: {
+    uint32_t u = (uint32_t)((const uint16_t *)b)[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
   default: return ((const uint8_t *)b)[i];
   }
 }
@@ -284,7 +298,7 @@ static bool same_elem(const void *x, const void *y, int dt, size_t i)
   if (memcmp(a, b, es) == 0)
     return true;
   /* any NaN equals any NaN: payloads depend on operand order */
-  return (dt == TC_F32 || dt == TC_F64) && isnan(elem(x, dt, i)) &&
+  return dt >= TC_F32 && isnan(elem(x, dt, i)) &&
          isnan(elem(y, dt, i));
 }
 
