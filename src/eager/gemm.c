@@ -831,6 +831,99 @@ static void G(plan)(G(job) *J, int threads)
   J->ntasks = ceil_div(m, J->mb) * J->ncb;
 }
 
+/* -- One row of C (m == 1: decoding, a batch of one) --------------------------
+** A vector times a matrix is bound by reading B once; packing B, or
+** micro-tiles of MR rows with one of them used, costs several times that.
+** The same chains as every path (gemm.h: s = fma(a, b, s) over k in order
+** from +0), so the bits are those of the packed kernel. op(B) plain: each
+** k step is an axpy over a strip of columns (vectorized across j); op(B)
+** transposed (x @ W^T, W's rows contiguous in k): GEMV_CHAINS dot products
+** at a time, independent chains that fill the FMA pipes. Columns are split
+** across the pool in blocks of GEMV_COLS; the epilogue runs per block. */
+#define GEMV_COLS 256
+#define GEMV_CHAINS 8
+
+typedef struct {
+  bool ta, tb, fma;
+  int64_t n, k, lda, ldb;
+  const GEMM_T *a, *b;
+  GEMM_T *c;
+  eager_gemm_epilogue ep;
+  void *ep_ctx;
+} G(gemv_job);
+
+static inline GEMM_T G(gemv_step)(bool fma, GEMM_T x, GEMM_T y, GEMM_T s)
+{
+  return fma ? GEMM_FMA_FN(x, y, s) : s + x * y;
+}
+
+static void G(gemv_cols)(const G(gemv_job) *J, int64_t j0, int64_t j1)
+{
+  const GEMM_T *a = J->a, *b = J->b;
+  int64_t as = J->ta ? J->lda : 1;   /* op(A)(0, p) = a[p * as] */
+  GEMM_T *c = J->c;
+  if (!J->tb) {
+    GEMM_T acc[GEMV_COLS];
+    int64_t w = j1 - j0;
+    for (int64_t j = 0; j < w; j++)
+      acc[j] = 0;
+    for (int64_t p = 0; p < J->k; p++) {
+      GEMM_T x = a[p * as];
+      const GEMM_T *row = b + p * J->ldb + j0;
+      if (J->fma)
+        for (int64_t j = 0; j < w; j++)
+          acc[j] = GEMM_FMA_FN(x, row[j], acc[j]);
+      else
+        for (int64_t j = 0; j < w; j++)
+          acc[j] = acc[j] + x * row[j];
+    }
+    memcpy(c + j0, acc, sizeof *acc * (size_t)w);
+    return;
+  }
+  int64_t j = j0;
+  for (; j + GEMV_CHAINS <= j1; j += GEMV_CHAINS) {
+    GEMM_T s[GEMV_CHAINS] = { 0 };
+    const GEMM_T *w = b + j * J->ldb;
+    for (int64_t p = 0; p < J->k; p++) {
+      GEMM_T x = a[p * as];
+      for (int q = 0; q < GEMV_CHAINS; q++)
+        s[q] = G(gemv_step)(J->fma, x, w[q * J->ldb + p], s[q]);
+    }
+    for (int q = 0; q < GEMV_CHAINS; q++)
+      c[j + q] = s[q];
+  }
+  for (; j < j1; j++) {
+    GEMM_T s = 0;
+    for (int64_t p = 0; p < J->k; p++)
+      s = G(gemv_step)(J->fma, a[p * as], b[j * J->ldb + p], s);
+    c[j] = s;
+  }
+}
+
+static void G(gemv_range)(void *ctx, int64_t lo, int64_t hi)
+{
+  const G(gemv_job) *J = ctx;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    int64_t j0 = blk * GEMV_COLS, j1 = min64(j0 + GEMV_COLS, J->n);
+    G(gemv_cols)(J, j0, j1);
+    if (J->ep)
+      J->ep(J->ep_ctx, 0, 1, j0, j1);
+  }
+}
+
+static void G(gemv)(bool fma, bool ta, bool tb, int64_t n, int64_t k,
+                    const GEMM_T *a, int64_t lda, const GEMM_T *b,
+                    int64_t ldb, GEMM_T *c, eager_gemm_epilogue ep,
+                    void *ep_ctx)
+{
+  G(gemv_job) J = { ta, tb, fma, n, k, lda, ldb, a, b, c, ep, ep_ctx };
+  int64_t blocks = ceil_div(n, GEMV_COLS);
+  if (2.0 * (double)n * (double)k < GEMM_MIN_FLOPS || blocks == 1)
+    G(gemv_range)(&J, 0, blocks);
+  else
+    eager_parallel(blocks, 1, G(gemv_range), &J);
+}
+
 /* The own kernel for any m, n, k >= 0 (gemm.h). */
 static void G(own)(gemm_path path, bool ta, bool tb, int64_t m, int64_t n,
                    int64_t k, const GEMM_T *a, int64_t lda, const GEMM_T *b,
@@ -840,6 +933,10 @@ static void G(own)(gemm_path path, bool ta, bool tb, int64_t m, int64_t n,
   if (m <= 0 || n <= 0)
     return;
   const G(kern) *kr = G(kern_of)(path);
+  if (m == 1 && k > 0) {
+    G(gemv)(kr->fma, ta, tb, n, k, a, lda, b, ldb, c, ep, ep_ctx);
+    return;
+  }
   G(job) J = { .kr = kr, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
                .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b, .c = c,
                .ep = ep, .ep_ctx = ep_ctx };

@@ -135,7 +135,8 @@ static int plan_compile(fuse_plan *fp, const char *guards, uint64_t region,
         (st->compiled = trace_kernel_get(st->k, guards, region, why,
                                          sizeof why)))
       continue;
-    eager_count(ST_COMPILE_FAILURES);
+    if (!trace_kernels_exiting())   /* a compile cut by exit failed nothing */
+      eager_count(ST_COMPILE_FAILURES);
     if (!*eager) {
       snprintf(reason, rlen, "%s", why);
       if (!(*eager = calloc((size_t)fp->nregion + 1, sizeof **eager)))
