@@ -857,6 +857,30 @@ static inline GEMM_T G(gemv_step)(bool fma, GEMM_T x, GEMM_T y, GEMM_T s)
   return fma ? GEMM_FMA_FN(x, y, s) : s + x * y;
 }
 
+/* GEMV_CHAINS dot products of a with rows of w, one scalar chain each.
+** Kept scalar: GCC's SLP vectorizer packs the chains into vectors with
+** inserts, which costs more than the loads it saves. */
+__attribute__((optimize("no-tree-slp-vectorize"))) static void
+G(gemv_chains)(bool fma, int64_t k, const GEMM_T *a, int64_t as,
+               const GEMM_T *w, int64_t ldw, GEMM_T *c)
+{
+  GEMM_T s[GEMV_CHAINS] = { 0 };
+  if (fma)
+    for (int64_t p = 0; p < k; p++) {
+      GEMM_T x = a[p * as];
+      for (int q = 0; q < GEMV_CHAINS; q++)
+        s[q] = GEMM_FMA_FN(x, w[q * ldw + p], s[q]);
+    }
+  else
+    for (int64_t p = 0; p < k; p++) {
+      GEMM_T x = a[p * as];
+      for (int q = 0; q < GEMV_CHAINS; q++)
+        s[q] = s[q] + x * w[q * ldw + p];
+    }
+  for (int q = 0; q < GEMV_CHAINS; q++)
+    c[q] = s[q];
+}
+
 static void G(gemv_cols)(const G(gemv_job) *J, int64_t j0, int64_t j1)
 {
   const GEMM_T *a = J->a, *b = J->b;
@@ -881,17 +905,8 @@ static void G(gemv_cols)(const G(gemv_job) *J, int64_t j0, int64_t j1)
     return;
   }
   int64_t j = j0;
-  for (; j + GEMV_CHAINS <= j1; j += GEMV_CHAINS) {
-    GEMM_T s[GEMV_CHAINS] = { 0 };
-    const GEMM_T *w = b + j * J->ldb;
-    for (int64_t p = 0; p < J->k; p++) {
-      GEMM_T x = a[p * as];
-      for (int q = 0; q < GEMV_CHAINS; q++)
-        s[q] = G(gemv_step)(J->fma, x, w[q * J->ldb + p], s[q]);
-    }
-    for (int q = 0; q < GEMV_CHAINS; q++)
-      c[j + q] = s[q];
-  }
+  for (; j + GEMV_CHAINS <= j1; j += GEMV_CHAINS)
+    G(gemv_chains)(J->fma, J->k, a, as, b + j * J->ldb, J->ldb, c + j);
   for (; j < j1; j++) {
     GEMM_T s = 0;
     for (int64_t p = 0; p < J->k; p++)
