@@ -25,6 +25,10 @@
 ** per-row statistics are one per row, so a sixteenth covers rows of 16 and
 ** up while keeping full-size temporaries out. */
 #define TUNE_SMALL_OUTPUT_DIV 16
+/* ... and a held value up to this many elements whose recomputation would
+** run a matmul again (decoding's residual stream): storing 64 KiB costs
+** less than any matmul it saves (trace/region.c, add_survivors). */
+#define TUNE_COSTLY_SURVIVOR_MAX 16384
 
 /* Fusion attempts for a region of n nodes (fuse/plan.c): each retry stores
 ** or copies one operand, or splits a kernel that hit a limit (halving the

@@ -358,6 +358,7 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   n->born = trace_g.realizations;
   n->slot = -1;
   n->binds = false;
+  n->costly = op_table[op].kind == OPK_EX;
   trace_g.live_nodes++;
   for (int i = 0; i < n->nin; i++) {
     trace_edge *e = &n->in[i];
@@ -366,6 +367,8 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
     e->viewed = false;
     if (c->in[skip + i])
       edge_of(c->in[skip + i], e);
+    if (e->node && !e->node->value)
+      n->costly |= e->node->costly;
   }
   n->hash = node_hash(n);
   /* An in-place twin that does not read its target (COPY_ is CAST(src),

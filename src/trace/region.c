@@ -243,8 +243,9 @@ static int64_t node_numel(const trace_node *n)
 ** made since the last realization (this iteration's temporaries) only
 ** small ones (at most `small` elements, TUNE_SMALL_OUTPUT_DIV: per-row
 ** statistics a backward pass saves, say) are stored, since storing them costs little beside what the
-** region computes and a later read would run them again; the rest stay
-** lazy. */
+** region computes and a later read would run them again, and so are small
+** ones whose recomputation would run a matmul again (the residual stream
+** of a decoding step, TUNE_COSTLY_SURVIVOR_MAX); the rest stay lazy. */
 static int add_survivors(reqs *q, trace_node *n, int64_t small,
                          uint64_t epoch)
 {
@@ -252,7 +253,8 @@ static int add_survivors(reqs *q, trace_node *n, int64_t small,
     return 0;
   n->mark = epoch;
   if (n->handles &&
-      (n->born < trace_g.realizations || node_numel(n) <= small) &&
+      (n->born < trace_g.realizations || node_numel(n) <= small ||
+       (n->costly && node_numel(n) <= TUNE_COSTLY_SURVIVOR_MAX)) &&
       req_add(q, n, NULL) < 0)
     return -1;
   for (int i = 0; i < n->nin; i++)
