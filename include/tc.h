@@ -133,6 +133,18 @@ TC_API tc_tensor *tc_randn(tc_dtype dt, int ndim, const int64_t *shape,
 TC_API tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
                                const void *data, size_t nbytes);
 
+/* Wraps the caller's memory (C order) without copying, as torch::from_blob.
+** deleter(data, ctx) runs exactly once, when the last reference to the
+** storage is gone (views and compile mode's pending readers included), on
+** whichever thread drops it; it must not call tc. A NULL deleter leaves
+** ownership with the caller, whose memory must outlive every such tensor.
+** In-place ops write into data. data must be aligned to the element size
+** (bool bytes 0 or 1). On error (NULL) the deleter is not called. */
+TC_API tc_tensor *tc_from_blob(tc_dtype dt, int ndim, const int64_t *shape,
+                               void *data,
+                               void (*deleter)(void *data, void *ctx),
+                               void *ctx);
+
 /* -- Reading (realization points) ----------------------------------------- */
 
 /* Copy t in C order into dst; nbytes must equal numel * element size. */
