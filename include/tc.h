@@ -312,6 +312,18 @@ TC_API int tc_mul_scalar_(tc_tensor *dst, double s);
 TC_API int tc_div_scalar_(tc_tensor *dst, double s);
 TC_API int tc_fill_(tc_tensor *dst, double value);
 
+/* -- Printing ---------------------------------------------------------------- */
+
+/* t as PyTorch prints it (precision 4; more than 1000 elements are
+** summarized with "..." and 3 items at each end), e.g.
+** "tensor([[1.0000, 2.5000],\n        [3.0000, 4.0000]])". Like snprintf:
+** writes at most size bytes (NUL-terminated when size > 0; buf may be NULL
+** when size is 0) and returns the length the whole text needs, or -1. A
+** realization point. */
+TC_API int tc_format(tc_tensor *t, char *buf, size_t size);
+/* tc_format's text and a newline on stdout; 0 or -1. */
+TC_API int tc_print(tc_tensor *t);
+
 /* -- Devices --------------------------------------------------------------- */
 
 TC_API bool tc_cuda_available(void);

@@ -186,6 +186,235 @@ static void test_from_blob_errors(void **state)
   assert_int_equal(d.calls, 0);   /* a failed wrap never calls it */
 }
 
+/* -- tc_format / tc_print -------------------------------------------------- */
+
+/* t's text must be exactly want (a string PyTorch 2.x prints for the same
+** tensor), with snprintf semantics at every buffer size. */
+#define EXPECT_FORMAT(t, want) expect_format_((t), (want), __LINE__)
+static void expect_format_(tc_tensor *t, const char *want, int line)
+{
+  int n = (int)strlen(want);
+  int got_n = tc_format(t, NULL, 0);
+  if (got_n != n)
+    fail_msg("line %d: tc_format needs %d, want %d (%s)", line, got_n, n,
+             got_n < 0 ? tc_last_error() : "");
+  char *buf = malloc((size_t)n + 8);
+  assert_int_equal(tc_format(t, buf, (size_t)n + 8), n);
+  if (strcmp(buf, want) != 0)
+    fail_msg("line %d: got\n%s\nwant\n%s", line, buf, want);
+  /* Truncated: the first size-1 bytes and a NUL, never past size. */
+  size_t sizes[] = {1, 2, 7, (size_t)n / 2 + 1, (size_t)n, (size_t)n + 1};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    size_t sz = sizes[k];
+    memset(buf, '#', (size_t)n + 8);
+    assert_int_equal(tc_format(t, buf, sz), n);
+    size_t keep = sz - 1 < (size_t)n ? sz - 1 : (size_t)n;
+    assert_memory_equal(buf, want, keep);
+    assert_int_equal(buf[keep], '\0');
+    assert_int_equal(buf[sz], '#');
+  }
+  free(buf);
+}
+
+static tc_tensor *f32s(int ndim, const int64_t *shape, const float *v)
+{
+  return TU_NN(tc_from_data(TC_F32, ndim, shape, v,
+                            (size_t)tu_numel(ndim, shape) * sizeof(float)));
+}
+
+static void test_format_floats(void **state)
+{
+  (void)state;
+  tc_tensor *t = f32s(TC_SHAPE(2, 2), (float[]){1, 2, 3, 4});
+  EXPECT_FORMAT(t, "tensor([[1., 2.],\n        [3., 4.]])");
+  tc_release(t);
+  t = f32s(TC_SHAPE(2, 2), (float[]){1.5f, 2, 3, 4});
+  EXPECT_FORMAT(t, "tensor([[1.5000, 2.0000],\n        [3.0000, 4.0000]])");
+  tc_release(t);
+  t = f32s(TC_SHAPE(2), (float[]){-1.5f, 2.25f});
+  EXPECT_FORMAT(t, "tensor([-1.5000,  2.2500])");
+  tc_release(t);
+  t = f32s(0, NULL, (float[]){3.5f});
+  EXPECT_FORMAT(t, "tensor(3.5000)");
+  tc_release(t);
+  t = f32s(0, NULL, (float[]){2});
+  EXPECT_FORMAT(t, "tensor(2.)");
+  tc_release(t);
+  /* f32 0.1 printed from its exact value, as Python does. */
+  t = f32s(TC_SHAPE(3), (float[]){0.1f, 0.2f, 0.3f});
+  EXPECT_FORMAT(t, "tensor([0.1000, 0.2000, 0.3000])");
+  tc_release(t);
+  /* Scientific: a ratio over 1000, a value over 1e8, or one below 1e-4. */
+  t = f32s(TC_SHAPE(2), (float[]){1e-5f, 1});
+  EXPECT_FORMAT(t, "tensor([1.0000e-05, 1.0000e+00])");
+  tc_release(t);
+  t = f32s(TC_SHAPE(2), (float[]){1, 2000});
+  EXPECT_FORMAT(t, "tensor([1.0000e+00, 2.0000e+03])");
+  tc_release(t);
+  tc_tensor *d = TU_NN(tc_from_data(TC_F64, TC_SHAPE(2),
+                                    (double[]){1, 2}, 16));
+  EXPECT_FORMAT(d, "tensor([1., 2.], dtype=torch.float64)");
+  tc_release(d);
+  d = TU_NN(tc_from_data(TC_F64, TC_SHAPE(3),
+                         (double[]){0.5, -0.0, 123.456789}, 24));
+  EXPECT_FORMAT(d, "tensor([  0.5000,  -0.0000, 123.4568], "
+                   "dtype=torch.float64)");
+  tc_release(d);
+}
+
+static void test_format_nonfinite(void **state)
+{
+  (void)state;
+  float inf = INFINITY, nan = NAN;
+  tc_tensor *t = f32s(TC_SHAPE(4), (float[]){nan, inf, -inf, 1});
+  EXPECT_FORMAT(t, "tensor([nan, inf, -inf, 1.])");
+  tc_release(t);
+  t = f32s(TC_SHAPE(2), (float[]){-nan, 1.5f});
+  EXPECT_FORMAT(t, "tensor([   nan, 1.5000])");
+  tc_release(t);
+  t = f32s(TC_SHAPE(2), (float[]){inf, 1e10f});
+  EXPECT_FORMAT(t, "tensor([       inf, 1.0000e+10])");
+  tc_release(t);
+  t = f32s(TC_SHAPE(3), (float[]){0, -0.0f, nan});
+  EXPECT_FORMAT(t, "tensor([0., -0., nan])");
+  tc_release(t);
+}
+
+static void test_format_ints_and_bools(void **state)
+{
+  (void)state;
+  tc_tensor *t = TU_NN(tc_from_data(TC_I64, TC_SHAPE(3),
+                                    (int64_t[]){1, 2, 3}, 24));
+  EXPECT_FORMAT(t, "tensor([1, 2, 3])");
+  tc_release(t);
+  t = TU_NN(tc_from_data(TC_I32, TC_SHAPE(3), (int32_t[]){-10, 2, 300}, 12));
+  EXPECT_FORMAT(t, "tensor([-10,   2, 300], dtype=torch.int32)");
+  tc_release(t);
+  t = TU_NN(tc_from_data(TC_BOOL, TC_SHAPE(2), (uint8_t[]){1, 0}, 2));
+  EXPECT_FORMAT(t, "tensor([ True, False])");
+  tc_release(t);
+  t = TU_NN(tc_from_data(TC_BOOL, 0, NULL, (uint8_t[]){1}, 1));
+  EXPECT_FORMAT(t, "tensor(True)");
+  tc_release(t);
+  t = TU_NN(tc_arange(TC_I64, 0, 8, 1));
+  tc_tensor *c = TU_NN(tc_reshape(t, TC_SHAPE(2, 2, 2)));
+  EXPECT_FORMAT(c, "tensor([[[0, 1],\n"
+                   "         [2, 3]],\n"
+                   "\n"
+                   "        [[4, 5],\n"
+                   "         [6, 7]]])");
+  /* A view prints its own elements. */
+  tc_tensor *v = TU_NN(tc_transpose(c, 0, 2));
+  EXPECT_FORMAT(v, "tensor([[[0, 4],\n"
+                   "         [2, 6]],\n"
+                   "\n"
+                   "        [[1, 5],\n"
+                   "         [3, 7]]])");
+  tc_release(v);
+  tc_release(c);
+  tc_release(t);
+}
+
+static void test_format_empty(void **state)
+{
+  (void)state;
+  tc_tensor *t = TU_NN(tc_zeros(TC_F32, TC_SHAPE(0)));
+  EXPECT_FORMAT(t, "tensor([])");
+  tc_release(t);
+  t = TU_NN(tc_zeros(TC_F32, TC_SHAPE(2, 0)));
+  EXPECT_FORMAT(t, "tensor([], size=(2, 0))");
+  tc_release(t);
+  t = TU_NN(tc_zeros(TC_I64, TC_SHAPE(0)));
+  EXPECT_FORMAT(t, "tensor([], dtype=torch.int64)");
+  tc_release(t);
+  t = TU_NN(tc_zeros(TC_BOOL, TC_SHAPE(0, 3, 1)));
+  EXPECT_FORMAT(t, "tensor([], size=(0, 3, 1), dtype=torch.bool)");
+  tc_release(t);
+}
+
+/* Long rows wrap at 80 columns; suffixes go to a new line when they would
+** not fit (torch.arange(100.), torch.arange(60, dtype=torch.int32)). */
+static void test_format_wrapping(void **state)
+{
+  (void)state;
+  tc_tensor *t = TU_NN(tc_arange(TC_F32, 0, 100, 1));
+  EXPECT_FORMAT(t,
+    "tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11., 12., 13.,\n"
+    "        14., 15., 16., 17., 18., 19., 20., 21., 22., 23., 24., 25., 26., 27.,\n"
+    "        28., 29., 30., 31., 32., 33., 34., 35., 36., 37., 38., 39., 40., 41.,\n"
+    "        42., 43., 44., 45., 46., 47., 48., 49., 50., 51., 52., 53., 54., 55.,\n"
+    "        56., 57., 58., 59., 60., 61., 62., 63., 64., 65., 66., 67., 68., 69.,\n"
+    "        70., 71., 72., 73., 74., 75., 76., 77., 78., 79., 80., 81., 82., 83.,\n"
+    "        84., 85., 86., 87., 88., 89., 90., 91., 92., 93., 94., 95., 96., 97.,\n"
+    "        98., 99.])");
+  tc_release(t);
+  t = TU_NN(tc_arange(TC_I32, 0, 36, 1));
+  EXPECT_FORMAT(t,
+    "tensor([ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16, 17,\n"
+    "        18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35],\n"
+    "       dtype=torch.int32)");
+  tc_release(t);
+}
+
+/* More than 1000 elements: 3 items at each end of every long dim, and the
+** formatter sees only the items shown (torch.arange(2000),
+** torch.arange(2000).reshape(1000, 2), torch.zeros(100, 100)). */
+static void test_format_summarized(void **state)
+{
+  (void)state;
+  tc_tensor *t = TU_NN(tc_arange(TC_I64, 0, 2000, 1));
+  EXPECT_FORMAT(t, "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
+  tc_tensor *m = TU_NN(tc_reshape(t, TC_SHAPE(1000, 2)));
+  EXPECT_FORMAT(m, "tensor([[   0,    1],\n"
+                   "        [   2,    3],\n"
+                   "        [   4,    5],\n"
+                   "        ...,\n"
+                   "        [1994, 1995],\n"
+                   "        [1996, 1997],\n"
+                   "        [1998, 1999]])");
+  tc_release(m);
+  tc_release(t);
+  tc_tensor *z = TU_NN(tc_zeros(TC_F32, TC_SHAPE(100, 100)));
+  EXPECT_FORMAT(z, "tensor([[0., 0., 0.,  ..., 0., 0., 0.],\n"
+                   "        [0., 0., 0.,  ..., 0., 0., 0.],\n"
+                   "        [0., 0., 0.,  ..., 0., 0., 0.],\n"
+                   "        ...,\n"
+                   "        [0., 0., 0.,  ..., 0., 0., 0.],\n"
+                   "        [0., 0., 0.,  ..., 0., 0., 0.],\n"
+                   "        [0., 0., 0.,  ..., 0., 0., 0.]])");
+  tc_release(z);
+  /* The hidden middle would force scientific notation; it is not seen. */
+  float *v = calloc(1001, sizeof *v);
+  for (int i = 0; i < 1001; i++)
+    v[i] = i < 3 || i >= 998 ? 1.5f : 1e-9f;
+  t = f32s(TC_SHAPE(1001), v);
+  EXPECT_FORMAT(t, "tensor([1.5000, 1.5000, 1.5000,  ..., 1.5000, 1.5000, "
+                   "1.5000])");
+  tc_release(t);
+  free(v);
+}
+
+/* A lazy tensor (compile mode) is computed before it is printed. */
+static void test_format_realizes_and_errors(void **state)
+{
+  (void)state;
+  tc_tensor *a = f32s(TC_SHAPE(3), (float[]){1, 2, 3});
+  tc_tensor *b = TU_NN(tc_mul_scalar(a, 0.5));
+  EXPECT_FORMAT(b, "tensor([0.5000, 1.0000, 1.5000])");
+  TU_OK(tc_print(b));
+  tc_release(b);
+  tc_clear_error();
+  char buf[8];
+  assert_int_equal(tc_format(NULL, buf, sizeof buf), -1);
+  assert_string_equal(tc_last_error(), "tc_format: argument is NULL");
+  assert_int_equal(tc_format(a, NULL, 4), -1);
+  assert_string_equal(tc_last_error(), "tc_format: argument is NULL");
+  tc_clear_error();
+  assert_int_equal(tc_print(NULL), -1);
+  assert_string_equal(tc_last_error(), "tc_format: argument is NULL");
+  tc_release(a);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -195,6 +424,13 @@ int main(void)
     cmocka_unit_test(test_from_blob_inplace_lands_in_array),
     cmocka_unit_test(test_from_blob_every_dtype_and_empty),
     cmocka_unit_test(test_from_blob_errors),
+    cmocka_unit_test(test_format_floats),
+    cmocka_unit_test(test_format_nonfinite),
+    cmocka_unit_test(test_format_ints_and_bools),
+    cmocka_unit_test(test_format_empty),
+    cmocka_unit_test(test_format_wrapping),
+    cmocka_unit_test(test_format_summarized),
+    cmocka_unit_test(test_format_realizes_and_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
