@@ -324,6 +324,36 @@ TC_API int tc_format(tc_tensor *t, char *buf, size_t size);
 /* tc_format's text and a newline on stdout; 0 or -1. */
 TC_API int tc_print(tc_tensor *t);
 
+/* -- Weights on disk (the safetensors format) ------------------------------ */
+
+/* Writes tensors under names to path in the safetensors format (names
+** unique, UTF-8, not "__metadata__"), atomically: a temporary file beside
+** path is renamed over it, so a file that is mapped stays intact. Lazy
+** tensors are computed first. 0, or -1 with the error set (no file made). */
+TC_API int tc_save(const char *path, int n, const char *const *names,
+                   tc_tensor *const *tensors);
+/* tc_save with a "__metadata__" map of nmeta string pairs. */
+TC_API int tc_save_meta(const char *path, int n, const char *const *names,
+                        tc_tensor *const *tensors, int nmeta,
+                        const char *const *keys, const char *const *values);
+
+/* A safetensors file mapped into memory (copy-on-write). tc_load checks the
+** whole header (an untrusted file gives an error, never a crash): dtypes,
+** shapes, offsets inside the data and tiling it exactly. The file must not
+** be truncated by anyone while mapped (that would raise SIGBUS). */
+typedef struct tc_file tc_file;
+TC_API tc_file *tc_load(const char *path);   /* NULL with the error set */
+TC_API int tc_file_count(const tc_file *f);  /* tensors in the file */
+/* Name of tensor i (in data order), valid until tc_file_close. */
+TC_API const char *tc_file_name(const tc_file *f, int i);
+/* The tensor named name, over the mapping without a copy (a copy only when
+** the file placed it misaligned for its dtype). It keeps the mapping alive
+** after tc_file_close; in-place writes change memory, never the file. */
+TC_API tc_tensor *tc_file_get(tc_file *f, const char *name);
+/* The "__metadata__" value of key, or NULL; valid until tc_file_close. */
+TC_API const char *tc_file_metadata(const tc_file *f, const char *key);
+TC_API void tc_file_close(tc_file *f);       /* NULL-safe */
+
 /* -- Devices --------------------------------------------------------------- */
 
 TC_API bool tc_cuda_available(void);
