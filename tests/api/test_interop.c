@@ -128,6 +128,28 @@ static void test_from_blob_inplace_lands_in_array(void **state)
   }
 }
 
+/* A pending in-place write (compile mode) holds the array too: released
+** before tc_sync, the write still lands, and only then the deleter runs. */
+static void test_from_blob_pending_write_then_deleter(void **state)
+{
+  (void)state;
+  for (int rep = 0; rep < 3; rep++) {
+    del_log d = {0};
+    double a[4] = {1, 2, 3, 4};
+    tc_tensor *t = TU_NN(tc_from_blob(TC_F64, TC_SHAPE(4), a, count_deleter,
+                                      &d));
+    TU_OK(tc_mul_scalar_(t, 3.0));
+    TU_OK(tc_add_scalar_(t, 0.5));
+    tc_release(t);
+    if (tc_compile_enabled())
+      assert_int_equal(d.calls, 0);
+    TU_OK(tc_sync());
+    assert_int_equal(d.calls, 1);
+    const double want[4] = {3.5, 6.5, 9.5, 12.5};
+    assert_memory_equal(a, want, sizeof want);
+  }
+}
+
 static void test_from_blob_every_dtype_and_empty(void **state)
 {
   (void)state;
@@ -422,6 +444,7 @@ int main(void)
     cmocka_unit_test(test_from_blob_deleter_once_after_views),
     cmocka_unit_test(test_from_blob_lazy_reader_keeps_it),
     cmocka_unit_test(test_from_blob_inplace_lands_in_array),
+    cmocka_unit_test(test_from_blob_pending_write_then_deleter),
     cmocka_unit_test(test_from_blob_every_dtype_and_empty),
     cmocka_unit_test(test_from_blob_errors),
     cmocka_unit_test(test_format_floats),
