@@ -435,8 +435,12 @@ tc_tensor *tc_file_get(tc_file *f, const char *name)
   }
   /* Data the writer left misaligned for its dtype is copied (tc's own
   ** files and Python's are aligned: the header is padded to 8 bytes). */
-  if ((uintptr_t)p % tensor_dtype_size[e->dt] != 0)
-    return tc_from_data(e->dt, e->ndim, e->shape, p, nbytes);
+  if ((uintptr_t)p % tensor_dtype_size[e->dt] != 0) {
+    tc_tensor *t = tc_empty(e->dt, e->ndim, e->shape);
+    if (t)
+      memcpy(tensor_ptr(t), p, nbytes);   /* bytes: no typed loads */
+    return t;
+  }
   atomic_fetch_add_explicit(&f->map->refs, 1, memory_order_relaxed);
   tc_tensor *t = tc_from_blob(e->dt, e->ndim, e->shape, (void *)p,
                               map_release, f->map);
