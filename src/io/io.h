@@ -25,7 +25,8 @@ typedef struct json_value {
 } json_value;
 
 /* Parse text[0, len) as one JSON value followed by nothing but whitespace.
-** Depth, sizes and lengths are bounded. 0, or -1 with a message in err
+** Depth (16), array length (64) and the number of values (2^20) are
+** bounded. 0, or -1 with a message in err
 ** ("at byte N: what"). */
 int io_json_parse(const char *text, size_t len, json_value *out, char *err,
                   size_t errlen);

@@ -2,7 +2,7 @@
 ** json.c -- a small, strict JSON reader for safetensors headers, which are
 ** untrusted input: objects, arrays, strings and non-negative integers only
 ** (true, false, null, signs, fractions and exponents are errors), bounded
-** depth, valid UTF-8, no NUL in strings, no duplicate keys. Every error
+** depth, array length and value count, valid UTF-8, no NUL in strings, no duplicate keys. Every error
 ** names the byte where it was found.
 */
 #include <stdarg.h>
@@ -11,12 +11,18 @@
 
 #include "io.h"
 
+/* Bounds that keep a hostile header's memory small (about 50 bytes per
+** value): a safetensors header holds short arrays (shape, data_offsets)
+** and about 15 values per tensor. */
 #define MAX_DEPTH 16
+#define MAX_ARRAY 64
+#define MAX_VALUES (1 << 20)
 
 typedef struct {
   const char *s;
   size_t n, i;
   int depth;
+  int values;   /* parsed so far, against MAX_VALUES */
   char *err;
   size_t errlen;
 } parser;
@@ -230,6 +236,10 @@ static int value(parser *p, json_value *v);
 /* Appends an empty slot to v's items (and keys, for objects). */
 static json_value *grow(parser *p, json_value *v, int *cap)
 {
+  if (v->kind == JSON_ARRAY && v->n == MAX_ARRAY)
+    return fail(p, "array longer than %d elements", MAX_ARRAY), NULL;
+  if (++p->values > MAX_VALUES)
+    return fail(p, "more than %d values", MAX_VALUES), NULL;
   if (v->n == *cap) {
     int c = *cap ? *cap * 2 : 4;
     json_value *items = realloc(v->items, sizeof *items * (size_t)c);

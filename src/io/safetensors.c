@@ -26,7 +26,8 @@
 
 /* -- Dtypes ------------------------------------------------------------------ */
 
-/* Every safetensors dtype; tc's dtype where tc has it. */
+/* Every safetensors dtype; tc's dtype where tc has it (a dtype tc gains,
+** such as F16 or BF16, is one edit here: its TC_ name). */
 static const struct {
   const char *name;
   tc_dtype dt;   /* TC_DTYPE__MAX: tc has no such dtype */
