@@ -5,6 +5,9 @@
 ** prints. Runs eagerly and traced (TC_COMPILE=1): lazy readers of a
 ** wrapped array must keep it alive.
 */
+#define _POSIX_C_SOURCE 200809L
+#include <unistd.h>
+
 #include "testutil.h"
 
 /* -- tc_from_blob ----------------------------------------------------------- */
@@ -416,6 +419,32 @@ static void test_format_summarized(void **state)
   free(v);
 }
 
+/* tc_print writes tc_format's text and a newline to stdout. */
+static void test_print_to_stdout(void **state)
+{
+  (void)state;
+  tc_tensor *t = TU_NN(tc_from_data(TC_I32, TC_SHAPE(2), (int32_t[]){7, -8},
+                                    8));
+  FILE *cap = tmpfile();
+  assert_non_null(cap);
+  fflush(stdout);
+  int saved = dup(STDOUT_FILENO);
+  assert_true(saved >= 0);
+  assert_true(dup2(fileno(cap), STDOUT_FILENO) >= 0);
+  int rc = tc_print(t);
+  fflush(stdout);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  assert_int_equal(rc, 0);
+  char got[128] = {0};
+  rewind(cap);
+  size_t n = fread(got, 1, sizeof got - 1, cap);
+  fclose(cap);
+  assert_int_equal(n, strlen(got));
+  assert_string_equal(got, "tensor([ 7, -8], dtype=torch.int32)\n");
+  tc_release(t);
+}
+
 /* A lazy tensor (compile mode) is computed before it is printed. */
 static void test_format_realizes_and_errors(void **state)
 {
@@ -453,6 +482,7 @@ int main(void)
     cmocka_unit_test(test_format_empty),
     cmocka_unit_test(test_format_wrapping),
     cmocka_unit_test(test_format_summarized),
+    cmocka_unit_test(test_print_to_stdout),
     cmocka_unit_test(test_format_realizes_and_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
