@@ -139,6 +139,18 @@ TC_API tc_tensor *tc_randn(tc_dtype dt, int ndim, const int64_t *shape,
 TC_API tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
                                const void *data, size_t nbytes);
 
+/* Wraps the caller's memory (C order) without copying, as torch::from_blob.
+** deleter(data, ctx) runs exactly once, when the last reference to the
+** storage is gone (views and compile mode's pending readers included), on
+** whichever thread drops it; it must not call tc. A NULL deleter leaves
+** ownership with the caller, whose memory must outlive every such tensor.
+** In-place ops write into data. data must be aligned to the element size
+** (bool bytes 0 or 1). On error (NULL) the deleter is not called. */
+TC_API tc_tensor *tc_from_blob(tc_dtype dt, int ndim, const int64_t *shape,
+                               void *data,
+                               void (*deleter)(void *data, void *ctx),
+                               void *ctx);
+
 /* -- Reading (realization points) ----------------------------------------- */
 
 /* Copy t in C order into dst; nbytes must equal numel * element size. */
@@ -305,6 +317,48 @@ TC_API int tc_sub_scalar_(tc_tensor *dst, double s);
 TC_API int tc_mul_scalar_(tc_tensor *dst, double s);
 TC_API int tc_div_scalar_(tc_tensor *dst, double s);
 TC_API int tc_fill_(tc_tensor *dst, double value);
+
+/* -- Printing ---------------------------------------------------------------- */
+
+/* t as PyTorch prints it (precision 4; more than 1000 elements are
+** summarized with "..." and 3 items at each end), e.g.
+** "tensor([[1.0000, 2.5000],\n        [3.0000, 4.0000]])". Like snprintf:
+** writes at most size bytes (NUL-terminated when size > 0; buf may be NULL
+** when size is 0) and returns the length the whole text needs, or -1. A
+** realization point. */
+TC_API int tc_format(tc_tensor *t, char *buf, size_t size);
+/* tc_format's text and a newline on stdout; 0 or -1. */
+TC_API int tc_print(tc_tensor *t);
+
+/* -- Weights on disk (the safetensors format) ------------------------------ */
+
+/* Writes tensors under names to path in the safetensors format (names
+** unique, UTF-8, not "__metadata__"), atomically: a temporary file beside
+** path is renamed over it, so a file that is mapped stays intact. Lazy
+** tensors are computed first. 0, or -1 with the error set (no file made). */
+TC_API int tc_save(const char *path, int n, const char *const *names,
+                   tc_tensor *const *tensors);
+/* tc_save with a "__metadata__" map of nmeta string pairs. */
+TC_API int tc_save_meta(const char *path, int n, const char *const *names,
+                        tc_tensor *const *tensors, int nmeta,
+                        const char *const *keys, const char *const *values);
+
+/* A safetensors file mapped into memory (copy-on-write). tc_load checks the
+** whole header (an untrusted file gives an error, never a crash): dtypes,
+** shapes, offsets inside the data and tiling it exactly. The file must not
+** be truncated by anyone while mapped (that would raise SIGBUS). */
+typedef struct tc_file tc_file;
+TC_API tc_file *tc_load(const char *path);   /* NULL with the error set */
+TC_API int tc_file_count(const tc_file *f);  /* tensors in the file */
+/* Name of tensor i (in data order), valid until tc_file_close. */
+TC_API const char *tc_file_name(const tc_file *f, int i);
+/* The tensor named name, over the mapping without a copy (a copy only when
+** the file placed it misaligned for its dtype). It keeps the mapping alive
+** after tc_file_close; in-place writes change memory, never the file. */
+TC_API tc_tensor *tc_file_get(tc_file *f, const char *name);
+/* The "__metadata__" value of key, or NULL; valid until tc_file_close. */
+TC_API const char *tc_file_metadata(const tc_file *f, const char *key);
+TC_API void tc_file_close(tc_file *f);       /* NULL-safe */
 
 /* -- Devices --------------------------------------------------------------- */
 

@@ -222,6 +222,50 @@ tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
   return handed_out(t);
 }
 
+/* Kernels load whole elements (GCC may vectorize with that alignment in
+** mind, and a misaligned load is undefined behaviour), so wrapped memory
+** must be aligned to its element size; bool bytes must be 0 or 1, which
+** every kernel assumes. */
+static bool blob_ok(const char *fn, tc_dtype dt, const void *data, int64_t n)
+{
+  size_t esz = tensor_dtype_size[dt];
+  if ((uintptr_t)data % esz != 0) {
+    tc_seterr(TC_E_ARG, "%s: data %p is not aligned to %zu bytes (the size "
+              "of one %s element)", fn, data, esz, tc_dtype_name(dt));
+    return false;
+  }
+  if (dt == TC_BOOL) {
+    const uint8_t *b = data;
+    for (int64_t i = 0; i < n; i++)
+      if (b[i] > 1) {
+        tc_seterr(TC_E_ARG, "%s: bool element %lld is %u, not 0 or 1", fn,
+                  (long long)i, b[i]);
+        return false;
+      }
+  }
+  return true;
+}
+
+tc_tensor *tc_from_blob(tc_dtype dt, int ndim, const int64_t *shape,
+                        void *data, void (*deleter)(void *data, void *ctx),
+                        void *ctx)
+{
+  const char *fn = __func__;
+  eager_init();
+  if (!dtype_ok(fn, dt))
+    return NULL;
+  int64_t n = tensor_check_shape(fn, ndim, shape);
+  if (n < 0)
+    return NULL;
+  if (!data && n > 0) {
+    tc_seterr_null(fn);
+    return NULL;
+  }
+  if (!blob_ok(fn, dt, data, n))
+    return NULL;
+  return handed_out(tensor_new_external(dt, ndim, shape, data, deleter, ctx));
+}
+
 /* -- Reading ----------------------------------------------------------------- */
 
 /* Reading is a realization point: lazy values and pending writes are

@@ -16,6 +16,19 @@ void (*tensor_lazy_release_hook)(tc_tensor *t);
 static tensor_storage *storage_alloc(void);
 static void storage_dealloc(tensor_storage *s);
 
+static void storage_init(tensor_storage *s, size_t nbytes)
+{
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->version, 0);
+  atomic_init(&s->exposed, 0);
+  s->device = TC_DEV_CPU;
+  s->nbytes = nbytes;
+  s->pending = 0;
+  s->external = false;
+  s->deleter = NULL;
+  s->deleter_ctx = NULL;
+}
+
 static tensor_storage *storage_new(size_t nbytes)
 {
   tensor_storage *s = storage_alloc();
@@ -26,19 +39,33 @@ static tensor_storage *storage_new(size_t nbytes)
     storage_dealloc(s);
     return NULL;
   }
-  atomic_init(&s->refs, 1);
-  atomic_init(&s->version, 0);
-  atomic_init(&s->exposed, 0);
-  s->device = TC_DEV_CPU;
-  s->nbytes = nbytes;
-  s->pending = 0;
+  storage_init(s, nbytes);
+  return s;
+}
+
+/* Storage over memory tc does not own: its deleter frees it (or nobody). */
+static tensor_storage *storage_wrap(void *data, size_t nbytes,
+                                    void (*deleter)(void *, void *),
+                                    void *ctx)
+{
+  tensor_storage *s = storage_alloc();
+  if (!s)
+    return NULL;
+  storage_init(s, nbytes);
+  s->data = data;
+  s->external = true;
+  s->deleter = deleter;
+  s->deleter_ctx = ctx;
   return s;
 }
 
 static void storage_release(tensor_storage *s)
 {
   if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
-    tensor_free_block(s->data, s->nbytes);
+    if (!s->external)
+      tensor_free_block(s->data, s->nbytes);
+    else if (s->deleter)
+      s->deleter(s->data, s->deleter_ctx);
     storage_dealloc(s);
   }
 }
@@ -243,6 +270,25 @@ tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->storage = storage_new(nbytes);
   if (!t->storage) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating %zu bytes", nbytes);
+    tensor_handle_dealloc(t);
+    return NULL;
+  }
+  return t;
+}
+
+tc_tensor *tensor_new_external(tc_dtype dt, int ndim, const int64_t *shape,
+                               void *data,
+                               void (*deleter)(void *data, void *ctx),
+                               void *ctx)
+{
+  tc_tensor *t = handle_new(dt, ndim, shape);
+  if (!t)
+    return NULL;
+  tensor_contiguous_strides(ndim, shape, t->stride);
+  t->storage = storage_wrap(data, (size_t)t->numel * tensor_dtype_size[dt],
+                            deleter, ctx);
+  if (!t->storage) {
+    tc_seterr(TC_E_NOMEM, "out of memory allocating a storage record");
     tensor_handle_dealloc(t);
     return NULL;
   }

@@ -111,7 +111,11 @@ typedef struct tensor_storage {
   atomic_int refs;
   int device;
   size_t nbytes;
-  void *data;           /* owned, from the caching allocator */
+  void *data;           /* owned, from the caching allocator; or the
+                           caller's memory when `external` (tc_from_blob) */
+  bool external;        /* data is not ours: free calls `deleter` instead */
+  void (*deleter)(void *data, void *ctx);   /* may be NULL (caller keeps) */
+  void *deleter_ctx;    /* borrowed; passed to deleter */
   atomic_uint_fast64_t version;  /* bumped by every in-place write */
   uint32_t pending;     /* traced in-place writes not yet written (trace) */
   atomic_int exposed;   /* live handles the program took a raw pointer
@@ -252,6 +256,15 @@ tc_tensor *tensor_handle_alloc(void);
 void tensor_handle_dealloc(tc_tensor *t);
 /* Allocate a contiguous tensor (uninitialized data). */
 tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape);
+/* A contiguous tensor over the caller's memory (no copy, no allocation of
+** data): deleter(data, ctx) runs once when the storage's last reference
+** goes (NULL: the caller keeps ownership). data must be aligned to the
+** element size; the caller checks. NULL on out of memory (error set; the
+** deleter is then not called). */
+tc_tensor *tensor_new_external(tc_dtype dt, int ndim, const int64_t *shape,
+                               void *data,
+                               void (*deleter)(void *data, void *ctx),
+                               void *ctx);
 /* A new handle over t's storage with the given geometry (a view). */
 tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);

@@ -114,6 +114,7 @@ static inline size_t tu_elsize(tc_dtype dt) {
   case TC_BOOL: return 1;
   case TC_I32: case TC_F32: return 4;
   case TC_I64: case TC_F64: return 8;
+  case TC_F16: case TC_BF16: return 2;
   default: return 0;
   }
 }
