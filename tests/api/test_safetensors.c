@@ -572,7 +572,9 @@ static const char *py_script =
   "from safetensors import safe_open\n"
   "from safetensors.numpy import load_file, save_file\n"
   "d = load_file(sys.argv[1])\n"
-  "assert sorted(d) == ['b', 'f', 'g', 'i'], sorted(d)\n"
+  "assert sorted(d) == ['b', 'f', 'g', 'h', 'i'], sorted(d)\n"
+  "assert d['h'].dtype == np.float16\n"
+  "assert d['h'].view(np.uint16).tolist() == [0x2e66, 0xfbff, 1]\n"
   "assert d['f'].dtype == np.float32 and d['f'].shape == (2, 3)\n"
   "assert (d['f'] == np.arange(6, dtype=np.float32).reshape(2, 3) / 4).all()\n"
   "assert d['g'].dtype == np.float64 and d['g'].shape == (3, 2)\n"
@@ -584,7 +586,8 @@ static const char *py_script =
   "save_file({'x': np.arange(12, dtype=np.float64).reshape(3, 4) * 0.5,\n"
   "           'l': np.array([-1, 2**40], dtype=np.int64),\n"
   "           'm': np.array([True, False, True]),\n"
-  "           's': np.array(3.25, dtype=np.float32)},\n"
+  "           's': np.array(3.25, dtype=np.float32),\n"
+  "           'h': np.array([1/3, -np.inf, 6e-8], dtype=np.float16)},\n"
   "          sys.argv[2], metadata={'by': 'numpy'})\n";
 
 static void test_python_interop(void **state)
@@ -610,8 +613,10 @@ static void test_python_interop(void **state)
   const char *from_tc = path_of("from_tc.safetensors");
   const char *from_py = path_of("from_py.safetensors");
   const char *script = path_of("interop.py");
-  TU_OK(tc_save_meta(from_tc, 4, (const char *[]){"f", "g", "i", "b"},
-                     (tc_tensor *[]){f, g, i, b}, 1, (const char *[]){"by"},
+  tc_tensor *h = TU_NN(tc_from_data(TC_F16, TC_SHAPE(3),
+                                    (uint16_t[]){0x2e66, 0xfbff, 0x0001}, 6));
+  TU_OK(tc_save_meta(from_tc, 5, (const char *[]){"f", "g", "i", "b", "h"},
+                     (tc_tensor *[]){f, g, i, b, h}, 1, (const char *[]){"by"},
                      (const char *[]){"tc"}));
   write_bytes(script, py_script, strlen(py_script));
   char cmd[512];
@@ -622,8 +627,13 @@ static void test_python_interop(void **state)
   tc_file *file = tc_load(from_py);
   if (!file)
     fail_msg("%s", tc_last_error());
-  assert_int_equal(tc_file_count(file), 4);
+  assert_int_equal(tc_file_count(file), 5);
   assert_string_equal(tc_file_metadata(file, "by"), "numpy");
+  tc_tensor *hp = TU_NN(tc_file_get(file, "h"));   /* f16 from numpy */
+  uint16_t hv[3];
+  TU_OK(tc_copy_to(hp, hv, sizeof hv));
+  assert_true(hv[0] == 0x3555 && hv[1] == 0xfc00 && hv[2] == 0x0001);
+  tc_release(hp);
   tc_tensor *x = TU_NN(tc_file_get(file, "x"));
   double xv[12];
   TU_OK(tc_copy_to(x, xv, sizeof xv));
@@ -644,7 +654,7 @@ static void test_python_interop(void **state)
   TU_OK(tc_item(s, &sv));
   assert_true(sv == 3.25);
   tc_file_close(file);
-  tc_tensor *all[] = {f, ar, g0, g1, g, i, b, x, l, m, s};
+  tc_tensor *all[] = {f, ar, g0, g1, g, i, b, h, x, l, m, s};
   for (size_t k = 0; k < sizeof all / sizeof *all; k++)
     tc_release(all[k]);
 }
