@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's demo: install dependencies, build, run the MLP example eagerly
 # and with TC_COMPILE=1 (twice: a cold start that compiles, then a warm
-# start that loads every kernel from the disk store), then list the store.
+# start that loads every kernel from the disk store), decode with the Llama
+# example (eager, then compiled), then list the store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -17,6 +18,12 @@ TC_COMPILE=1 TC_STATS=1 TC_LOG=fusion,compile ./build/examples/mlp "$iters"
 echo
 echo "== TC_COMPILE=1, warm (loads the kernels from $TC_CACHE_DIR) =="
 TC_COMPILE=1 TC_STATS=1 ./build/examples/mlp "$iters"
+echo
+echo "== Llama inference, stories15M shapes with random weights (examples/llama.c) =="
+ckpt=$(mktemp /tmp/tc-demo-stories15M-XXXXXX.safetensors)
+./build/examples/llama init stories15M "$ckpt"
+TC_STATS=1 ./build/examples/llama run "$ckpt" -n 64 -t 0.8
+rm -f "$ckpt"
 echo
 echo "== the kernel store: tc-dump list =="
 ./build/tc-dump list
