@@ -89,7 +89,8 @@ typedef struct {
 static node_kind kind_of(const fuse_node *n)
 {
   const op_info *o = &op_table[n->op];
-  if (n->op == TC_OP_MATMUL || n->op == TC_OP_ARGMAX || n->eager)
+  if ((o->kind == OPK_EX && n->op != TC_OP_CONTIGUOUS) ||
+      n->op == TC_OP_ARGMAX || n->eager)
     return NK_EXTERN;
   if (o->kind == OPK_RD || o->kind == OPK_CP)
     return NK_ROWS;

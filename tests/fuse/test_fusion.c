@@ -137,6 +137,24 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_SOFTMAX: return tc_softmax(in[0], -1);
   case TC_OP_LOG_SOFTMAX: return tc_log_softmax(in[0], 0);
   case TC_OP_LAYER_NORM: return tc_layer_norm(in[0], NULL, NULL, 1e-5);
+  /* extern steps among fused kernels: lazy operands, pointwise consumers */
+  case TC_OP_CAT:
+    return tc_cat((tc_tensor *[]){ in[0], tc_exp(in[1]), in[0] }, 3, -1);
+  case TC_OP_TAKE:
+    return tc_add_scalar(tc_embedding(in[0], tc_arange(TC_I64, 36, -1, -3)),
+                         1);
+  case TC_OP_GATHER: return tc_gather(in[0], 1, tc_argmax(in[1], 1, true));
+  case TC_OP_SCATTER_ADD:
+    return tc_scatter_add(in[0], 0, tc_argmax(in[1], 0, true),
+                          tc_mul_scalar(in[1], 2));
+  case TC_OP_TOPK: {
+    tc_tensor *v = NULL, *i = NULL;
+    if (tc_topk(tc_neg(in[0]), 5, -1, true, true, &v, &i) < 0)
+      return NULL;
+    return tc_mul(v, tc_cast(i, tc_dtype_of(v)));
+  }
+  case TC_OP_MULTINOMIAL:
+    return tc_multinomial(tc_softmax(in[0], -1), 7, false, 1234567890123u);
   default: return NULL;
   }
 }
