@@ -301,6 +301,18 @@ static bool fits_within(const char *fn, const tc_tensor *index,
   return true;
 }
 
+/* GATHER of checked arguments (the result has index's shape). */
+static tc_tensor *gather_call(const char *fn, tc_tensor *a, int d,
+                              tc_tensor *index)
+{
+  eager_call c = { .op = TC_OP_GATHER, .fn = fn, .nin = 2,
+                   .in = { a, index }, .dim = d,
+                   .dtype = (tc_dtype)a->dtype, .cdtype = (tc_dtype)a->dtype,
+                   .ndim = index->ndim };
+  memcpy(c.shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
+  return eager_dispatch(&c);
+}
+
 tc_tensor *tc_gather(tc_tensor *a, int dim, tc_tensor *index)
 {
   const char *fn = __func__;
@@ -316,12 +328,7 @@ tc_tensor *tc_gather(tc_tensor *a, int dim, tc_tensor *index)
       !fits_within(fn, index, a, "a", d) ||
       !indices_in_range(fn, index, d, a->shape[d]))
     return NULL;
-  eager_call c = { .op = TC_OP_GATHER, .fn = fn, .nin = 2,
-                   .in = { a, index }, .dim = d,
-                   .dtype = (tc_dtype)a->dtype, .cdtype = (tc_dtype)a->dtype,
-                   .ndim = index->ndim };
-  memcpy(c.shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
-  return handed_out(eager_dispatch(&c));
+  return handed_out(gather_call(fn, a, d, index));
 }
 
 static tc_tensor *scatter_add(const char *fn, tc_tensor *a, int dim,
@@ -398,14 +405,16 @@ int tc_topk(tc_tensor *a, int64_t k, int dim, bool largest, bool sorted,
                    .cdtype = TC_I64, .ndim = a->ndim };
   memcpy(c.shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
   c.shape[d] = k;
+  /* The values are a gather at the indices, which are in range by
+  ** construction: no check, so they stay lazy in compile mode. */
   tc_tensor *idx = eager_dispatch(&c);
-  tc_tensor *val = idx && values ? tc_gather(a, d, idx) : NULL;
+  tc_tensor *val = idx && values ? gather_call(fn, a, d, idx) : NULL;
   if (!idx || (values && !val)) {
     tensor_unref(idx);
     return -1;
   }
   if (values)
-    *values = val;
+    *values = handed_out(val);
   if (indices)
     *indices = handed_out(idx);
   else
