@@ -72,6 +72,13 @@ static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
     if (k->buf[in->ref].dtype != dt)
       return BAD("%%%d: LOAD dtype differs from buf%d", i, in->ref);
     return 0;
+  case KOP_GATHER:
+    if (in->ref < 0 || in->ref >= k->nbufs || !k->buf[in->ref].gather ||
+        k->buf[in->ref].role != KIR_IN)
+      return BAD("%%%d: GATHER of buf%d, not a gather input", i, in->ref);
+    if (k->buf[in->ref].dtype != dt || d0 != TC_I64)
+      return BAD("%%%d: GATHER dtype or index dtype", i);
+    return 0;
   case KOP_ROWVAR:
     if (k->kind != KIR_ROWS || in->ref < 0 || in->ref >= k->npasses ||
         k->pass[in->ref].kind != KIR_PASS_REDUCE)
@@ -135,7 +142,8 @@ int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
         return BAD("pass%d uses the result of pass%d", p, k->ins[i].ref);
       /* A STORE_ROW value may load per-row values: they are read at the
       ** row's first position (the fuser loads them with row stride 0). */
-      if (k->ins[i].op == KOP_LOAD && ps->kind == KIR_PASS_STORE_ROW &&
+      if ((k->ins[i].op == KOP_LOAD || k->ins[i].op == KOP_GATHER) &&
+          ps->kind == KIR_PASS_STORE_ROW &&
           !k->dynamic && k->buf[k->ins[i].ref].stride[k->ndim] != 0)
         return BAD("pass%d: store_row value loads along the row", p);
     }
