@@ -267,8 +267,58 @@ TC_API tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma,
 
 /* -- Matmul ---------------------------------------------------------------- */
 
-/* (m,k)@(k,n), (b,m,k)@(b,k,n), and a 2-D operand broadcast over a batch. */
+/* torch.matmul: [..., m, k] @ [..., k, n] -> [..., m, n], the batch dims
+** (all but the last two, any number) broadcasting as in NumPy; a 1-D a is
+** a row [1, k] and a 1-D b a column [k, 1], that dim then removed from the
+** result (1-D @ 1-D is a 0-d dot product). f32 or f64 after promotion.
+** Each element is one in-order chain over k (docs/ARCHITECTURE.md). */
 TC_API tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b);
+
+/* -- Joining, indexing and sampling ---------------------------------------- */
+
+/* The n tensors joined along dim (torch.cat): sizes equal except in dim,
+** dtypes promoted; a 1-D tensor of size 0 is skipped (torch's legacy
+** rule). Always a new tensor, even for n == 1. */
+TC_API tc_tensor *tc_cat(tc_tensor **ts, int n, int dim);
+/* The n tensors, all of one shape, stacked along a new dim (torch.stack). */
+TC_API tc_tensor *tc_stack(tc_tensor **ts, int n, int dim);
+/* a's slices along dim at index (0-d or 1-D, i32 or i64). Index values are
+** read at the call (a lazy index is computed then): one outside [0, size)
+** is an error naming it, in eager and compiled mode alike. */
+TC_API tc_tensor *tc_index_select(tc_tensor *a, int dim, tc_tensor *index);
+/* Rows of weight [rows, dim] at indices (i32 or i64, any shape): the
+** result is indices.shape + [dim]; a bad index is an error as above. */
+TC_API tc_tensor *tc_embedding(tc_tensor *weight, tc_tensor *indices);
+/* out[i][j][k] = a[index[i][j][k]][j][k] for dim 0 (torch.gather): index
+** has a's rank and at most a's sizes outside dim; the result its shape. */
+TC_API tc_tensor *tc_gather(tc_tensor *a, int dim, tc_tensor *index);
+/* A copy of a with src[i][j][k] added at [index[i][j][k]][j][k] (dim 0),
+** in C order of index (torch.scatter_add). src has a's dtype (not bool);
+** index has a's rank and at most src's sizes, and a's outside dim.
+** tc_scatter_add_ writes the result into a (0, or -1 with a unchanged). */
+TC_API tc_tensor *tc_scatter_add(tc_tensor *a, int dim, tc_tensor *index,
+                                 tc_tensor *src);
+TC_API int tc_scatter_add_(tc_tensor *a, int dim, tc_tensor *index,
+                           tc_tensor *src);
+/* The k largest (or smallest) values along dim and their i64 indices
+** (either out pointer may be NULL). Ties go to the lower index; NaN counts
+** as larger than any number. sorted: best first; else in index order.
+** Returns 0, or -1 with nothing written. */
+TC_API int tc_topk(tc_tensor *a, int64_t k, int dim, bool largest,
+                   bool sorted, tc_tensor **values, tc_tensor **indices);
+/* n i64 category indices drawn per row of probs (1-D [m] -> [n], 2-D
+** [r, m] -> [r, n]; weights finite, >= 0, not all 0; need not sum to 1).
+** Draw j of row r uses tc_rand's stream element r * n + j for the seed, so
+** results are deterministic. Without replacement a category is drawn once
+** (n may not exceed a row's nonzero weights). */
+TC_API tc_tensor *tc_multinomial(tc_tensor *probs, int64_t n,
+                                 bool replacement, uint64_t seed);
+/* train: each element is zeroed with probability p (0 <= p <= 1) and the
+** rest scaled by 1 / (1 - p); element i is dropped when element i of
+** tc_rand(dtype of a, a's shape, seed) is < p. Pointwise, so it fuses,
+** and equal in eager and compiled mode. !train: tc_contiguous(a). */
+TC_API tc_tensor *tc_dropout(tc_tensor *a, double p, bool train,
+                             uint64_t seed);
 
 /* -- Views (never copy) ---------------------------------------------------- */
 

@@ -409,31 +409,35 @@ tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma, tc_tensor *beta,
 
 /* -- Matmul ------------------------------------------------------------------ */
 
-tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b)
+/* The batch dims of a and b (all but the last two) broadcast into c's
+** leading dims; false with the error set when they do not. */
+static bool matmul_batch(const char *fn, const tc_tensor *a,
+                         const tc_tensor *b, eager_call *c)
 {
-  const char *fn = __func__;
-  eager_init();
-  tc_tensor *in[2] = { a, b };
-  if (any_bad(fn, 2, in))
-    return NULL;
-  if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
-    tc_seterr(TC_E_SHAPE, "%s: operands must be 2-D or 3-D, got %d-D and "
-              "%d-D", fn, a->ndim, b->ndim);
-    return NULL;
+  int na = a->ndim - 2, nb = b->ndim - 2, n = na > nb ? na : nb;
+  for (int i = 0; i < n; i++) {
+    int ia = na - n + i, ib = nb - n + i;
+    int64_t x = ia >= 0 ? a->shape[ia] : 1, y = ib >= 0 ? b->shape[ib] : 1;
+    if (x != y && x != 1 && y != 1) {
+      tc_seterr(TC_E_SHAPE, "%s: batch sizes %lld and %lld do not broadcast "
+                "(batch dim %d)", fn, (long long)x, (long long)y, i);
+      return false;
+    }
+    c->shape[i] = x == 1 ? y : x;   /* a batch of 0 stays 0 */
   }
+  c->ndim = n;
+  return true;
+}
+
+/* MATMUL of operands of at least 2 dims: [..., m, k] @ [..., k, n]. */
+static tc_tensor *matmul_nd(const char *fn, tc_tensor *a, tc_tensor *b)
+{
   int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
   int64_t k2 = b->shape[b->ndim - 2], n = b->shape[b->ndim - 1];
   if (k != k2) {
     tc_seterr(TC_E_SHAPE, "%s: inner sizes do not match: a is [.., %lld, "
               "%lld] and b is [.., %lld, %lld]", fn, (long long)m,
               (long long)k, (long long)k2, (long long)n);
-    return NULL;
-  }
-  int64_t ba = a->ndim == 3 ? a->shape[0] : 1;
-  int64_t bb = b->ndim == 3 ? b->shape[0] : 1;
-  if (ba != bb && ba != 1 && bb != 1) {
-    tc_seterr(TC_E_SHAPE, "%s: batch sizes %lld and %lld do not broadcast",
-              fn, (long long)ba, (long long)bb);
     return NULL;
   }
   tc_dtype dt = tc_promote((tc_dtype)a->dtype, (tc_dtype)b->dtype);
@@ -443,13 +447,46 @@ tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b)
     return NULL;
   }
   eager_call c;
-  call_init(&c, fn, TC_OP_MATMUL, 2, in);
+  call_init(&c, fn, TC_OP_MATMUL, 2, (tc_tensor *[]){ a, b });
   c.dtype = dt;
   c.cdtype = tensor_compute_of(dt);
-  c.ndim = 0;
-  if (a->ndim == 3 || b->ndim == 3)
-    c.shape[c.ndim++] = ba == 1 ? bb : ba;   /* a batch of 0 stays 0 */
+  if (!matmul_batch(fn, a, b, &c))
+    return NULL;
   c.shape[c.ndim++] = m;
   c.shape[c.ndim++] = n;
-  return handed_out(eager_dispatch(&c));
+  return eager_dispatch(&c);
+}
+
+/* torch.matmul: a 1-D a is a row [1, k], a 1-D b a column [k, 1], and
+** that dim is removed from the result; batch dims broadcast. */
+tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b)
+{
+  const char *fn = __func__;
+  eager_init();
+  tc_tensor *in[2] = { a, b };
+  if (any_bad(fn, 2, in))
+    return NULL;
+  if (a->ndim < 1 || b->ndim < 1) {
+    tc_seterr(TC_E_SHAPE, "%s: operands must have at least 1 dim, got %d-D "
+              "and %d-D", fn, a->ndim, b->ndim);
+    return NULL;
+  }
+  if (a->ndim > 1 && b->ndim > 1)
+    return handed_out(matmul_nd(fn, a, b));
+  tc_tensor *a2 = a->ndim == 1 ? tc_unsqueeze(a, 0) : tc_retain(a);
+  tc_tensor *b2 = b->ndim == 1 ? tc_unsqueeze(b, 1) : tc_retain(b);
+  tc_tensor *r = a2 && b2 ? matmul_nd(fn, a2, b2) : NULL;
+  tc_release(a2);
+  tc_release(b2);
+  if (!r)
+    return NULL;
+  int64_t shape[TC_MAX_DIMS];
+  int nd = 0;
+  for (int d = 0; d < r->ndim; d++)
+    if (!((a->ndim == 1 && d == r->ndim - 2) ||
+          (b->ndim == 1 && d == r->ndim - 1)))
+      shape[nd++] = r->shape[d];
+  tc_tensor *v = tc_reshape(r, nd, shape);   /* a view: r is contiguous */
+  tensor_unref(r);
+  return v;
 }

@@ -109,21 +109,6 @@ tc_tensor *tc_arange(tc_dtype dt, double start, double end, double step)
   return handed_out(t);
 }
 
-/* splitmix64 of (seed, index): counter-based, so any element can be made
-** independently and results do not depend on threads. */
-static uint64_t mix(uint64_t seed, uint64_t i)
-{
-  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t seed, uint64_t i)   /* [0, 1), 53 bits */
-{
-  return (double)(mix(seed, i) >> 11) * 0x1p-53;
-}
-
 typedef struct {
   tc_tensor *t;
   uint64_t seed;
@@ -136,10 +121,11 @@ static void rand_range(void *ctx, int64_t lo, int64_t hi)
   for (int64_t i = lo; i < hi; i++) {
     double v;
     if (!j->normal) {
-      v = uniform(j->seed, (uint64_t)i);
+      v = eager_uniform(j->seed, (uint64_t)i);
     } else {   /* Box-Muller over the pair (i & ~1, i | 1) */
       uint64_t p = (uint64_t)i & ~(uint64_t)1;
-      double u1 = 1.0 - uniform(j->seed, p), u2 = uniform(j->seed, p + 1);
+      double u1 = 1.0 - eager_uniform(j->seed, p);
+      double u2 = eager_uniform(j->seed, p + 1);
       double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
       v = (i & 1) ? r * sin(th) : r * cos(th);
     }

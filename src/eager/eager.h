@@ -99,6 +99,23 @@ void eager_register_cpu_composite(void);
 void eager_register_cpu_matmul(void);
 void eager_register_cpu_misc(void);
 void eager_register_cpu_half(void);
+void eager_register_cpu_index(void);
+
+/* The random stream of tc_rand (and of every seeded op): splitmix64 of
+** (seed, index), counter-based, so any element can be made independently
+** and results depend on neither threads nor compile mode. */
+static inline uint64_t eager_mix(uint64_t seed, uint64_t i)
+{
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static inline double eager_uniform(uint64_t seed, uint64_t i)   /* [0, 1) */
+{
+  return (double)(eager_mix(seed, i) >> 11) * 0x1p-53;
+}
 
 /* Canonical reduction order (principle 2), shared by every kernel that
 ** sums: chunks of EAGER_CHUNK elements; within a chunk EAGER_LANES lane
@@ -169,8 +186,9 @@ void eager_gemm_f64_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        int64_t ldb, double *c, int64_t ldc,
                        eager_gemm_epilogue ep, void *ctx);
 
-/* The MATMUL op (c as the dispatcher gives it: in[0] @ in[1], 2-D or
-** batched 3-D, any layouts and float dtypes) with an epilogue: returns the
+/* The MATMUL op (c as the dispatcher gives it: in[0] @ in[1], each of at
+** least 2 dims, batch dims broadcast to c's leading dims (one GEMM call per
+** batch), any layouts and float dtypes) with an epilogue: returns the
 ** new contiguous result (one reference; NULL with the error set), and has
 ** called ep(ctx, out, batch, i0, i1, j0, j1) once for each tile of each
 ** batch's m x n matrix, as eager_gemm_*_ep promise (element (batch, i, j)

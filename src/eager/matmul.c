@@ -56,6 +56,24 @@ static void batch_ep_run(void *ctx, int64_t i0, int64_t i1, int64_t j0,
   e->ep(e->ctx, e->out, e->batch, i0, i1, j0, j1);
 }
 
+/* The element offset of flat batch i (of c's batch dims) in operand t:
+** t's batch dims are aligned to the right of c's, and a size-1 dim
+** broadcasts (the same matrix for every index there). */
+static int64_t batch_offset(const tc_tensor *t, const eager_call *c,
+                            int64_t i)
+{
+  int nb = c->ndim - 2, tb = t->ndim - 2;
+  int64_t off = 0;
+  for (int d = nb - 1; d >= 0; d--) {
+    int64_t size = c->shape[d], pos = size ? i % size : 0;
+    i = size ? i / size : 0;
+    int e = d - (nb - tb);
+    if (e >= 0 && t->shape[e] != 1)
+      off += pos * t->stride[e];
+  }
+  return off;
+}
+
 tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
                            void *ctx)
 {
@@ -75,14 +93,13 @@ tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
   int nd = c->ndim;
   int64_t m = c->shape[nd - 2], n = c->shape[nd - 1];
   int64_t k = a->shape[a->ndim - 1];
-  int64_t batch = nd == 3 ? c->shape[0] : 1;
-  /* A 2-D operand, or a batch of one, is reused for every batch. */
-  int64_t sa = a->ndim == 3 && a->shape[0] > 1 ? a->stride[0] : 0;
-  int64_t sb = b->ndim == 3 && b->shape[0] > 1 ? b->stride[0] : 0;
+  int64_t batch = 1;
+  for (int d = 0; d < nd - 2; d++)
+    batch *= c->shape[d];
   size_t esz = tensor_dtype_size[dt];
   for (int64_t i = 0; i < batch; i++) {
-    char *pa = (char *)tensor_ptr(a) + i * sa * (int64_t)esz;
-    char *pb = (char *)tensor_ptr(b) + i * sb * (int64_t)esz;
+    char *pa = (char *)tensor_ptr(a) + batch_offset(a, c, i) * (int64_t)esz;
+    char *pb = (char *)tensor_ptr(b) + batch_offset(b, c, i) * (int64_t)esz;
     char *pc = (char *)tensor_ptr(out) + i * m * n * (int64_t)esz;
     batch_ep e = { ep, ctx, out, i };
     eager_gemm_epilogue gep = ep ? batch_ep_run : NULL;

@@ -11,7 +11,7 @@ const char *const kir_opname[KOP__MAX] = {
   KIR_PRIMS(X)
 #undef X
   [KOP_CONST] = "CONST", [KOP_SCALAR] = "SCALAR", [KOP_LOAD] = "LOAD",
-  [KOP_ROWVAR] = "ROWVAR", [KOP_CAST] = "CAST",
+  [KOP_ROWVAR] = "ROWVAR", [KOP_CAST] = "CAST", [KOP_GATHER] = "GATHER",
 };
 
 const uint8_t kir_arity[KOP__MAX] = {
@@ -19,7 +19,7 @@ const uint8_t kir_arity[KOP__MAX] = {
   KIR_PRIMS(X)
 #undef X
   [KOP_CONST] = 0, [KOP_SCALAR] = 0, [KOP_LOAD] = 0, [KOP_ROWVAR] = 0,
-  [KOP_CAST] = 1,
+  [KOP_CAST] = 1, [KOP_GATHER] = 1,
 };
 
 /* -- Building -------------------------------------------------------------- */
@@ -70,6 +70,14 @@ int kir_load(kir_kernel *k, int buf)
   return leaf(k, KOP_LOAD, (tc_dtype)k->buf[buf].dtype, buf);
 }
 
+int kir_gather(kir_kernel *k, int buf, int index)
+{
+  int i = kir_emit(k, KOP_GATHER, (tc_dtype)k->buf[buf].dtype, index, -1, -1);
+  if (i >= 0)
+    k->ins[i].ref = (int16_t)buf;
+  return i;
+}
+
 int kir_rowvar(kir_kernel *k, int pass)
 {
   return leaf(k, KOP_ROWVAR, (tc_dtype)k->ins[k->pass[pass].value].dtype,
@@ -104,7 +112,11 @@ void kir_print(const kir_kernel *k, FILE *out)
             bf->role == KIR_IN ? "in" : "out", tc_dtype_name(bf->dtype));
     for (int d = 0; d < nstr; d++)
       fprintf(out, "%s%lld", d ? ", " : "", (long long)bf->stride[d]);
-    fprintf(out, "]\n");
+    fprintf(out, "]");
+    if (bf->gather)
+      fprintf(out, " gather stride %lld size %lld", (long long)bf->gstride,
+              (long long)bf->gsize);
+    fputc('\n', out);
   }
   for (int i = 0; i < k->ninstrs; i++) {
     const kir_instr *in = &k->ins[i];
@@ -122,6 +134,9 @@ void kir_print(const kir_kernel *k, FILE *out)
       break;
     case KOP_ROWVAR:
       fprintf(out, " pass%d", in->ref);
+      break;
+    case KOP_GATHER:
+      fprintf(out, " buf%d, %%%d", in->ref, in->arg[0]);
       break;
     default:
       for (int a = 0; a < kir_arity[in->op]; a++)
@@ -185,7 +200,10 @@ bool kir_same_code(const kir_kernel *a, const kir_kernel *b)
       a->ninstrs != b->ninstrs || a->npasses != b->npasses)
     return false;
   for (int i = 0; i < a->nbufs; i++)
-    if (a->buf[i].role != b->buf[i].role || a->buf[i].dtype != b->buf[i].dtype)
+    if (a->buf[i].role != b->buf[i].role || a->buf[i].dtype != b->buf[i].dtype
+        || a->buf[i].gather != b->buf[i].gather ||
+        a->buf[i].gstride != b->buf[i].gstride ||
+        a->buf[i].gsize != b->buf[i].gsize)   /* baked even when dynamic */
       return false;
   for (int i = 0; i < a->ninstrs; i++) {
     const kir_instr *x = &a->ins[i], *y = &b->ins[i];

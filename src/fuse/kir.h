@@ -57,6 +57,9 @@ typedef enum {
   KOP_LOAD,     /* element of buffer `ref` at the current point */
   KOP_ROWVAR,   /* result of REDUCE pass `ref` for the current row */
   KOP_CAST,     /* arg0 converted to dtype (eager_convert's rules) */
+  KOP_GATHER,   /* element of gather buffer `ref` at the current point, its
+                   gathered axis at index arg0 (i64) clamped to
+                   [0, gsize - 1] (an indexed load: tc_embedding) */
   KOP__MAX
 } kir_opcode;
 
@@ -76,7 +79,12 @@ typedef enum { KIR_IN, KIR_OUT } kir_buf_role;
 typedef struct {
   uint8_t role;                  /* kir_buf_role */
   uint8_t dtype;
+  bool gather;                   /* read by GATHER: element (point) +
+                                    index * gstride, the index checked by
+                                    the op's call and clamped to
+                                    [0, gsize - 1] by the kernel */
   int64_t stride[TC_MAX_DIMS + 1];  /* outer dims, then the row axis */
+  int64_t gstride, gsize;        /* gather buffers: the gathered axis */
 } kir_buf;
 
 typedef enum {
@@ -128,6 +136,7 @@ int kir_emit(kir_kernel *k, kir_opcode op, tc_dtype dt, int a, int b, int c);
 int kir_const(kir_kernel *k, tc_dtype dt, double v);
 int kir_scalar(kir_kernel *k, tc_dtype dt, int index);
 int kir_load(kir_kernel *k, int buf);
+int kir_gather(kir_kernel *k, int buf, int index);   /* index: an i64 */
 int kir_rowvar(kir_kernel *k, int pass);
 int kir_cast(kir_kernel *k, tc_dtype dt, int a);   /* no-op if same dtype */
 

@@ -89,7 +89,12 @@ typedef struct {
 static node_kind kind_of(const fuse_node *n)
 {
   const op_info *o = &op_table[n->op];
-  if (n->op == TC_OP_MATMUL || n->op == TC_OP_ARGMAX || n->eager)
+  if (n->eager)
+    return NK_EXTERN;
+  if (n->op == TC_OP_TAKE && n->gather)
+    return NK_PW;
+  if ((o->kind == OPK_EX && n->op != TC_OP_CONTIGUOUS) ||
+      n->op == TC_OP_ARGMAX)
     return NK_EXTERN;
   if (o->kind == OPK_RD || o->kind == OPK_CP)
     return NK_ROWS;
@@ -563,10 +568,16 @@ static vmap operand_map(const vmap *um, const int64_t *ushape, int ndim,
   return m;
 }
 
-/* The kernel buffer for (role, ref, off, dtype, strides over kernel dims),
-** made on first use. */
-static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
-                  tc_dtype dt, const int64_t *kst)
+/* A gather buffer's gathered axis (kir_buf.gstride, gsize). */
+typedef struct {
+  bool on;
+  int64_t stride, size;
+} gaxis;
+
+/* The kernel buffer for (role, ref, off, dtype, strides over kernel dims,
+** gathered axis), made on first use. */
+static int buffer_of(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
+                     tc_dtype dt, const int64_t *kst, gaxis ga)
 {
   kir_kernel *k = b->k;
   int nst = k->ndim + (k->kind == KIR_ROWS);
@@ -574,7 +585,9 @@ static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
     const kir_buf *bf = &k->buf[i];
     if (bf->role == role && bf->dtype == dt && b->st->buf[i].kind == ref.kind
         && b->st->buf[i].index == ref.index && b->st->buf_off[i] == off &&
-        memcmp(bf->stride, kst, sizeof(int64_t) * (size_t)nst) == 0)
+        memcmp(bf->stride, kst, sizeof(int64_t) * (size_t)nst) == 0 &&
+        bf->gather == ga.on && bf->gstride == ga.stride &&
+        bf->gsize == ga.size)
       return i;
   }
   if (k->nbufs == KIR_MAX_BUFS)
@@ -584,9 +597,18 @@ static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
   k->buf[i].dtype = (uint8_t)dt;
   memset(k->buf[i].stride, 0, sizeof k->buf[i].stride);
   memcpy(k->buf[i].stride, kst, sizeof(int64_t) * (size_t)nst);
+  k->buf[i].gather = ga.on;
+  k->buf[i].gstride = ga.stride;
+  k->buf[i].gsize = ga.size;
   b->st->buf[i] = ref;
   b->st->buf_off[i] = off;
   return i;
+}
+
+static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
+                  tc_dtype dt, const int64_t *kst)
+{
+  return buffer_of(b, role, ref, off, dt, kst, (gaxis){ false, 0, 0 });
 }
 
 /* Fold a value's per-dim strides onto kernel dims through its map. */
@@ -756,36 +778,105 @@ static int emit_ex(fb *fz, int node, tc_op op, tc_dtype T_, int a, int b,
 
 static int eval(fb *b, int n, const vmap *m);
 
+/* Where operand e is stored, as a tensor layout (its view's when viewed):
+** the reference, element offset, strides and dtype; -1 when it is a view
+** of a value that is not stored contiguously. */
+static int edge_layout(fb *b, const fuse_edge *e, fuse_ref *r, int64_t *off,
+                       int64_t *vst, tc_dtype *dt)
+{
+  const fuse_graph *g = b->g;
+  int src = e->src;
+  if (src < 0) {
+    *r = (fuse_ref){ FREF_INPUT, -src - 1 };
+    ref_layout(b, *r, -1, vst, dt);
+  } else {
+    *r = b->where[src];
+    if (r->kind != FREF_TEMP && r->kind != FREF_OUTPUT)
+      return fail(b, "a view of a value that is not stored contiguously");
+    *dt = (tc_dtype)g->nodes[src].dtype;
+  }
+  *off = 0;
+  if (e->viewed) {
+    memcpy(vst, e->geom.stride, sizeof(int64_t) * (size_t)e->geom.ndim);
+    *off = e->geom.offset;
+  }
+  return 0;
+}
+
+/* The value of operand e read at coordinates om (over e's own dims). */
+static int eval_edge_at(fb *b, const fuse_edge *e, const vmap *om)
+{
+  if (!e->viewed && e->src >= 0)
+    return eval(b, e->src, om);
+  fuse_ref r;
+  int64_t off, vst[TC_MAX_DIMS];
+  tc_dtype dt;
+  if (edge_layout(b, e, &r, &off, vst, &dt) < 0)
+    return -1;
+  return load(b, r, off, dt, vst, om);
+}
+
 /* The value of operand e of a user with coordinates um over ushape. */
 static int eval_edge(fb *b, const fuse_edge *e, int ndim_u,
                      const int64_t *ushape, const vmap *um)
 {
-  const fuse_graph *g = b->g;
-  int src = e->src;
   int sndim;
-  const int64_t *sshape = edge_shape(g, e, &sndim);
+  const int64_t *sshape = edge_shape(b->g, e, &sndim);
   (void)ndim_u;
   vmap om = operand_map(um, ushape, sndim, sshape);
-  if (!e->viewed && src >= 0)
-    return eval(b, src, &om);
+  return eval_edge_at(b, e, &om);
+}
+
+/* -- Gathers: TAKE as an indexed load ----------------------------------------- */
+
+/* TAKE node n at coordinates m: the index at the point's index dims, then
+** a GATHER from a's buffer, whose other dims follow the point. */
+static int eval_take(fb *b, int n, const vmap *m)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  const fuse_edge *ea = &nd->in[0], *ei = &nd->in[1];
+  if (b->flat)   /* a flat row steps at one stride: store it (retry) */
+    return fail(b, "sum_all over a gather");
+  int an, in;
+  const int64_t *ashape = edge_shape(g, ea, &an);
+  edge_shape(g, ei, &in);
+  int d = nd->dim, nidx = nd->ndim - (an - 1);
+  vmap im = { .ndim = in }, am = { .ndim = an };
+  for (int j = 0; j < in; j++)
+    im.map[j] = m->map[d + j];
+  for (int e = 0; e < an; e++)
+    am.map[e] = e < d ? m->map[e] : e == d ? -1 : m->map[e - 1 + nidx];
+  int iv = eval_edge_at(b, ei, &im);
   fuse_ref r;
-  int64_t vst[TC_MAX_DIMS];
+  int64_t off, vst[TC_MAX_DIMS], kst[TC_MAX_DIMS + 1];
   tc_dtype dt;
-  if (src < 0) {
-    r = (fuse_ref){ FREF_INPUT, -src - 1 };
-    ref_layout(b, r, -1, vst, &dt);
-  } else {
-    r = b->where[src];
-    if (r.kind != FREF_TEMP && r.kind != FREF_OUTPUT)
-      return fail(b, "a view of a value that is not stored contiguously");
-    dt = (tc_dtype)g->nodes[src].dtype;
-  }
-  int64_t off = 0;
-  if (e->viewed) {
-    memcpy(vst, e->geom.stride, sizeof(int64_t) * (size_t)e->geom.ndim);
-    off = e->geom.offset;
-  }
-  return load(b, r, off, dt, vst, &om);
+  if (iv < 0 || edge_layout(b, ea, &r, &off, vst, &dt) < 0)
+    return -1;
+  fold(b, &am, vst, kst);
+  int buf = buffer_of(b, KIR_IN, r, off, dt, kst,
+                      (gaxis){ true, vst[d], ashape[d] });
+  return buf < 0 ? -1 : kir_gather(b->k, buf, kir_cast(b->k, TC_I64, iv));
+}
+
+/* May TAKE node c be an indexed load? Its table must be a region input
+** (so it is stored, unchanged by the region: no write-back target shares
+** its storage), and its index must have the dims it puts in the result
+** (or none, for a 0-d index). */
+static bool take_fusible(const fuse_graph *g, const fuse_node *c)
+{
+  const fuse_edge *ea = &c->in[0], *ei = &c->in[1];
+  if (c->op != TC_OP_TAKE || c->eager || ea->src >= 0)
+    return false;
+  const tc_tensor *t = g->inputs[-ea->src - 1];
+  for (int o = 0; o < g->noutputs; o++)
+    if (g->out_dest[o] >= 0 &&
+        g->inputs[g->out_dest[o]]->storage == t->storage)
+      return false;
+  int an, in;
+  edge_shape(g, ea, &an);
+  edge_shape(g, ei, &in);
+  return in == 0 || in == c->ndim - (an - 1);
 }
 
 static int eval(fb *b, int n, const vmap *m)
@@ -808,6 +899,8 @@ static int eval(fb *b, int n, const vmap *m)
     if (b->rowval[n] < 0)
       return fail(b, "a reduction result is used before its pass");
     v = b->rowval[n];
+  } else if (nd->op == TC_OP_TAKE) {
+    v = eval_take(b, n, m);
   } else {
     int in[3] = { -1, -1, -1 };
     for (int e = 0; e < nd->nin; e++) {
@@ -1522,6 +1615,7 @@ static int expand(const fuse_graph *g, fuse_graph *out)
       if (c.in[e].src >= 0)
         c.in[e].src = map[c.in[e].src];
     c.eager = g->eager && g->eager[i];
+    c.gather = take_fusible(g, &c);
     map[i] = is_composite(&c) && !c.eager ? decompose(&x, &c)
                                           : xappend(&x, &c);
   }

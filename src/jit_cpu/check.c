@@ -36,8 +36,8 @@ static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
   int d0 = n > 0 ? k->ins[in->arg[0]].dtype : dt;
   int d1 = n > 1 ? k->ins[in->arg[1]].dtype : dt;
   const char *nm = kir_opname[in->op];
-  if (jcpu_is_half(dt) && in->op != KOP_LOAD && in->op != KOP_CAST &&
-      in->op != KOP_CONST)   /* storage dtypes are computed in f32 */
+  if (jcpu_is_half(dt) && in->op != KOP_LOAD && in->op != KOP_GATHER &&
+      in->op != KOP_CAST && in->op != KOP_CONST)   /* computed in f32 */
     return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
   switch (in->op) {
   case KOP_ADD: case KOP_SUB: case KOP_MUL: case KOP_MAXIMUM:
@@ -75,6 +75,13 @@ static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
       return BAD("%%%d: LOAD of buf%d", i, in->ref);
     if (k->buf[in->ref].dtype != dt)
       return BAD("%%%d: LOAD dtype differs from buf%d", i, in->ref);
+    return 0;
+  case KOP_GATHER:
+    if (in->ref < 0 || in->ref >= k->nbufs || !k->buf[in->ref].gather ||
+        k->buf[in->ref].role != KIR_IN)
+      return BAD("%%%d: GATHER of buf%d, not a gather input", i, in->ref);
+    if (k->buf[in->ref].dtype != dt || d0 != TC_I64)
+      return BAD("%%%d: GATHER dtype or index dtype", i);
     return 0;
   case KOP_ROWVAR:
     if (k->kind != KIR_ROWS || in->ref < 0 || in->ref >= k->npasses ||
@@ -139,7 +146,8 @@ int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
         return BAD("pass%d uses the result of pass%d", p, k->ins[i].ref);
       /* A STORE_ROW value may load per-row values: they are read at the
       ** row's first position (the fuser loads them with row stride 0). */
-      if (k->ins[i].op == KOP_LOAD && ps->kind == KIR_PASS_STORE_ROW &&
+      if ((k->ins[i].op == KOP_LOAD || k->ins[i].op == KOP_GATHER) &&
+          ps->kind == KIR_PASS_STORE_ROW &&
           !k->dynamic && k->buf[k->ins[i].ref].stride[k->ndim] != 0)
         return BAD("pass%d: store_row value loads along the row", p);
     }

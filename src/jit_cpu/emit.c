@@ -426,6 +426,25 @@ static gcc_jit_rvalue *stored_form(cg *g, int b, gcc_jit_rvalue *x)
                           : x;
 }
 
+/* Element of gather buffer b at the current position with its gathered
+** axis at index i, clamped into [0, gsize - 1]: the op's call checked
+** every index (an error names a bad one), and the clamp keeps any data
+** inside the buffer. */
+static gcc_jit_lvalue *gather_elem(cg *g, int b, gcc_jit_rvalue *i)
+{
+  jb *j = &g->j;
+  const kir_buf *bf = &g->k->buf[b];
+  gcc_jit_type *t = j->t->i64;
+  gcc_jit_rvalue *zero = I64(g, 0);
+  gcc_jit_rvalue *hi = I64(g, bf->gsize > 0 ? bf->gsize - 1 : 0);
+  i = jb_sel(j, t, jb_cmp(j, GCC_JIT_COMPARISON_LT, i, zero), zero, i);
+  i = jb_sel(j, t, jb_cmp(j, GCC_JIT_COMPARISON_GT, i, hi), hi, i);
+  gcc_jit_rvalue *p = gcc_jit_lvalue_get_address(elem(g, b), NULL);
+  return gcc_jit_context_new_array_access(
+    j->ctx, NULL, p, jb_bin(j, GCC_JIT_BINARY_OP_MULT, i,
+                            I64(g, bf->gstride)));
+}
+
 /* ROWVAR p: a local in row mode; slot p of `rowvars` in split mode. */
 static gcc_jit_rvalue *rowvar_of(cg *g, int p, int dt)
 {
@@ -510,6 +529,11 @@ static gcc_jit_rvalue *instr_expr(cg *g, int i)
   case KOP_LOAD: return load_elem(g, in->ref);
   case KOP_ROWVAR: return rowvar_of(g, in->ref, dt);
   case KOP_CAST: return convert(g, a, da, dt);
+  case KOP_GATHER: {
+    gcc_jit_rvalue *x = gcc_jit_lvalue_as_rvalue(gather_elem(g, in->ref, a));
+    int bdt = g->k->buf[in->ref].dtype;
+    return jcpu_is_half(bdt) ? half_value(g, bdt, x) : x;
+  }
   }
   return NULL;
 }
@@ -1273,7 +1297,7 @@ int jcpu_emit(gcc_jit_context *ctx, const kir_kernel *k)
   /* classify instructions; mark those some pass uses */
   for (int i = 0; i < k->ninstrs; i++) {
     const kir_instr *in = &k->ins[i];
-    uint8_t c = in->op == KOP_LOAD ? CL_VAR
+    uint8_t c = in->op == KOP_LOAD || in->op == KOP_GATHER ? CL_VAR
                 : in->op == KOP_ROWVAR ? CL_UNI : CL_INV;
     for (int a = 0; a < kir_arity[in->op]; a++)
       if (g->cls[in->arg[a]] > c)

@@ -123,7 +123,8 @@ static void ops_text(const kir_kernel *k, char *buf, size_t len)
         !named[in->ref]) {
       named[in->ref] = true;
       name = red[k->pass[in->ref].red % 3];
-    } else if (in->op < KOP_CONST || in->op == KOP_CAST) {
+    } else if (in->op < KOP_CONST || in->op == KOP_CAST ||
+               in->op == KOP_GATHER) {
       name = kir_opname[in->op];
     }
     if (name && !ops_add(buf, len, &n, name))

@@ -554,9 +554,10 @@ static void register_handlers(void)
       k = locked_trace_functional;
       break;
     default:
+      /* Extern ops are recorded: each runs as a step of its region. */
       k = op == TC_OP_CONTIGUOUS ? locked_trace_contiguous
-          : op == TC_OP_MATMUL   ? locked_trace_functional
-                                 : locked_trace_eager;
+          : op_table[op].kind == OPK_EX ? locked_trace_functional
+                                        : locked_trace_eager;
     }
     eager_register(TC_KEY_TRACE, (tc_op)op, k);
   }

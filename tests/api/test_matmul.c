@@ -216,6 +216,130 @@ static void test_matmul_int(void **state) {
   }
 }
 
+/* torch.matmul semantics computed here: a 1-D a is [1, k], a 1-D b is
+** [k, 1] (those dims then dropped), batch dims broadcast (NumPy rules). */
+static void check_matmul_nd(tu_arr *A, tu_arr *B, const char *ctx) {
+  int64_t as[TC_MAX_DIMS], bs[TC_MAX_DIMS];
+  int an = A->ndim, bn = B->ndim;
+  if (an == 1) { as[0] = 1; as[1] = A->shape[0]; an = 2; }
+  else memcpy(as, A->shape, sizeof(int64_t) * (size_t)an);
+  if (bn == 1) { bs[0] = B->shape[0]; bs[1] = 1; bn = 2; }
+  else memcpy(bs, B->shape, sizeof(int64_t) * (size_t)bn);
+  int64_t m = as[an - 2], k = as[an - 1], n = bs[bn - 1];
+  int64_t batch_shape[TC_MAX_DIMS];
+  int nb = tu_bshape(an - 2, as, bn - 2, bs, batch_shape);
+  int64_t nbatch = tu_numel(nb, batch_shape);
+  /* the expected shape: batch, then m and n unless that operand was 1-D */
+  int64_t os[TC_MAX_DIMS];
+  int on = 0;
+  for (int d = 0; d < nb; d++) os[on++] = batch_shape[d];
+  if (A->ndim > 1) os[on++] = m;
+  if (B->ndim > 1) os[on++] = n;
+  tc_tensor *r = TU_NN(tc_matmul(A->t, B->t));
+  TU_SHAPE_IS(r, on, os);
+  double *got = tu_read(r);
+  double u = A->dt == TC_F32 ? 0x1p-24 : 0x1p-53;
+  tu_cmp c;
+  tu_cmp_init(&c, "matmul %s %s", tc_dtype_name(A->dt), ctx);
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    int64_t ao = tu_bidx(nb, batch_shape, bi, an - 2, as) * m * k;
+    int64_t bo = tu_bidx(nb, batch_shape, bi, bn - 2, bs) * k * n;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0, abs = 0;
+        for (int64_t p = 0; p < k; p++) {
+          double x = A->v[ao + i * k + p] * B->v[bo + p * n + j];
+          s += x;
+          abs += fabs(x);
+        }
+        int64_t idx = (bi * m + i) * n + j;
+        if (!tu_close(got[idx], s, 0, 2.0 * (double)k * u * abs))
+          tu_cmp_bad(&c, idx, got[idx], s, (double)i);
+      }
+  }
+  free(got);
+  tc_release(r);
+  TU_CMP_DONE(c);
+}
+
+static void run_nd(tc_dtype dt, int la, int an, const int64_t *as, int lb,
+                   int bn, const int64_t *bs, const char *ctx,
+                   uint64_t seed) {
+  tu_arr A = tu_make_unif(dt, la, an, as, -1, 1, seed);
+  tu_arr B = tu_make_unif(dt, lb, bn, bs, -1, 1, seed + 1);
+  check_matmul_nd(&A, &B, ctx);
+  tu_free(&A);
+  tu_free(&B);
+}
+
+static void test_matmul_1d(void **state) {
+  (void)state;
+  for (int t = 0; t < 2; t++) {
+    tc_dtype dt = FDT[t];
+    run_nd(dt, TU_CONTIG, TC_SHAPE(37), TU_CONTIG, TC_SHAPE(37), "dot", 61);
+    run_nd(dt, TU_SLICED, TC_SHAPE(300), TU_SLICED, TC_SHAPE(300),
+           "dot, strided", 63);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(13), TU_CONTIG, TC_SHAPE(13, 5),
+           "vector @ matrix", 65);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(7, 13), TU_SLICED, TC_SHAPE(13),
+           "matrix @ vector", 67);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(13), TU_CONTIG, TC_SHAPE(2, 3, 13, 5),
+           "vector @ 4-D", 69);
+    run_nd(dt, TU_TRANS, TC_SHAPE(4, 2, 7, 13), TU_CONTIG, TC_SHAPE(13),
+           "4-D @ vector", 71);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(0), TU_CONTIG, TC_SHAPE(0), "empty dot",
+           73);
+  }
+}
+
+static void test_matmul_broadcast_batches(void **state) {
+  (void)state;
+  for (int t = 0; t < 2; t++) {
+    tc_dtype dt = FDT[t];
+    run_nd(dt, TU_CONTIG, TC_SHAPE(2, 3, 4, 5), TU_CONTIG, TC_SHAPE(5, 6),
+           "[2,3,4,5] @ [5,6]", 81);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(2, 1, 4, 5), TU_CONTIG, TC_SHAPE(3, 5, 6),
+           "[2,1,4,5] @ [3,5,6]", 83);
+    run_nd(dt, TU_EXPAND, TC_SHAPE(3, 2, 4, 5), TU_SLICED,
+           TC_SHAPE(3, 1, 5, 6), "expanded @ sliced, 4-D", 85);
+    run_nd(dt, TU_TRANS, TC_SHAPE(6, 2, 9, 4), TU_TRANS, TC_SHAPE(2, 4, 6),
+           "transposed 4-D @ 3-D", 87);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(2, 1, 2, 1, 3, 4), TU_CONTIG,
+           TC_SHAPE(3, 1, 2, 4, 5), "6-D @ 5-D", 89);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(2, 0, 3, 4), TU_CONTIG, TC_SHAPE(4, 2),
+           "empty batch", 91);
+    run_nd(dt, TU_CONTIG, TC_SHAPE(2, 3, 40, 70), TU_CONTIG,
+           TC_SHAPE(1, 3, 70, 33), "larger", 93);
+  }
+}
+
+static void test_matmul_nd_errors(void **state) {
+  (void)state;
+  tc_tensor *s = TU_NN(tc_ones(TC_F32, 0, NULL));
+  tc_tensor *v = TU_NN(tc_ones(TC_F32, TC_SHAPE(4)));
+  tc_tensor *w = TU_NN(tc_ones(TC_F32, TC_SHAPE(5)));
+  tc_tensor *a = TU_NN(tc_ones(TC_F32, TC_SHAPE(2, 3, 4, 5)));
+  tc_tensor *b = TU_NN(tc_ones(TC_F32, TC_SHAPE(4, 5, 6)));
+  tc_clear_error();
+  assert_null(tc_matmul(s, v));
+  TU_EXPECT_ERR("tc_matmul", "at least 1 dim");
+  tc_clear_error();
+  assert_null(tc_matmul(v, w));
+  TU_EXPECT_ERR("tc_matmul", "inner");
+  tc_clear_error();
+  assert_null(tc_matmul(a, b));
+  TU_EXPECT_ERR("tc_matmul", "broadcast");
+  tc_clear_error();
+  assert_null(tc_matmul(a, v));
+  TU_EXPECT_ERR("tc_matmul", "inner");
+  tc_clear_error();
+  tc_release(s);
+  tc_release(v);
+  tc_release(w);
+  tc_release(a);
+  tc_release(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_2d),
@@ -224,6 +348,9 @@ int main(void) {
       cmocka_unit_test(test_matmul_empty),
       cmocka_unit_test(test_matmul_exact_integers),
       cmocka_unit_test(test_matmul_int),
+      cmocka_unit_test(test_matmul_1d),
+      cmocka_unit_test(test_matmul_broadcast_batches),
+      cmocka_unit_test(test_matmul_nd_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,6 +137,24 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_SOFTMAX: return tc_softmax(in[0], -1);
   case TC_OP_LOG_SOFTMAX: return tc_log_softmax(in[0], 0);
   case TC_OP_LAYER_NORM: return tc_layer_norm(in[0], NULL, NULL, 1e-5);
+  /* extern steps among fused kernels: lazy operands, pointwise consumers */
+  case TC_OP_CAT:
+    return tc_cat((tc_tensor *[]){ in[0], tc_exp(in[1]), in[0] }, 3, -1);
+  case TC_OP_TAKE:
+    return tc_add_scalar(tc_embedding(in[0], tc_arange(TC_I64, 36, -1, -3)),
+                         1);
+  case TC_OP_GATHER: return tc_gather(in[0], 1, tc_argmax(in[1], 1, true));
+  case TC_OP_SCATTER_ADD:
+    return tc_scatter_add(in[0], 0, tc_argmax(in[1], 0, true),
+                          tc_mul_scalar(in[1], 2));
+  case TC_OP_TOPK: {
+    tc_tensor *v = NULL, *i = NULL;
+    if (tc_topk(tc_neg(in[0]), 5, -1, true, true, &v, &i) < 0)
+      return NULL;
+    return tc_mul(v, tc_cast(i, tc_dtype_of(v)));
+  }
+  case TC_OP_MULTINOMIAL:
+    return tc_multinomial(tc_softmax(in[0], -1), 7, false, 1234567890123u);
   default: return NULL;
   }
 }
@@ -231,6 +249,97 @@ static void test_fusion_kernel_counts(void **state)
   assert_int_equal(check_prog("gelu chain", gelu_by_hand, 1, in), 1);
   assert_int_equal(check_prog("softmax", softmax_prog, 1, in), 1);
   assert_int_equal(check_prog("sum of squares", sum_of_squares, 1, in), 1);
+  tc_scope_end(mark);
+}
+
+/* -- Gathers: an embedding lookup as an indexed load ------------------------- */
+
+/* in: table [50, 16], positions [5, 16], indices [2, 5] (i64), a 1-D
+** index [7] (i32), the table's transpose base [16, 50]. */
+static uint64_t launches(prog_fn prog, tc_tensor *const *in);
+
+static tc_tensor *tok_plus_pos(tc_tensor *const *in)
+{
+  return tc_mul_scalar(tc_add(tc_embedding(in[0], in[2]), in[1]), 2);
+}
+
+static tc_tensor *lookup_row_sums(tc_tensor *const *in)
+{
+  return tc_sum(tc_mul(tc_embedding(in[0], in[2]), in[1]), -1, false);
+}
+
+static tc_tensor *transposed_table(tc_tensor *const *in)
+{
+  return tc_add_scalar(tc_embedding(tc_transpose(in[4], 0, 1), in[2]), 1);
+}
+
+static tc_tensor *lazy_index(tc_tensor *const *in)
+{
+  tc_tensor *i = tc_rsub_scalar(in[2], 49);   /* 49 - idx: in range */
+  return tc_sub(tc_embedding(in[0], i), tc_embedding(in[0], in[2]));
+}
+
+static tc_tensor *columns(tc_tensor *const *in)
+{
+  return tc_exp(tc_index_select(in[0], 1, in[3]));
+}
+
+static tc_tensor *sum_of_lookup(tc_tensor *const *in)
+{
+  return tc_sum_all(tc_mul(tc_embedding(in[0], in[2]), in[1]));
+}
+
+/* The table is written back in the same region: the lookup must read the
+** old rows (not fused: other points than the one being written). */
+static tc_tensor *lookup_then_update(tc_tensor *const *in)
+{
+  tc_tensor *w = tc_randn(TC_F32, TC_SHAPE(3000, 16), 5);
+  tc_tensor *i = tc_arange(TC_I64, 2999, -1, -1);   /* rows reversed */
+  tc_tensor *e = tc_embedding(w, i);
+  if (tc_add_(w, e) < 0 || tc_sync() < 0)   /* w itself written */
+    return NULL;
+  (void)in;
+  return tc_add_scalar(w, 0);
+}
+
+static void test_fusion_embedding_gather(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  int64_t iv[10] = { 3, 49, 0, 7, 7, 12, 1, 48, 3, 20 };
+  int32_t cv[7] = { 15, 0, 3, 3, 9, 1, 15 };
+  tc_tensor *in[5] = {
+    tc_randn(TC_F32, TC_SHAPE(50, 16), 1),
+    tc_randn(TC_F32, TC_SHAPE(5, 16), 2),
+    tc_from_data(TC_I64, TC_SHAPE(2, 5), iv, sizeof iv),
+    tc_from_data(TC_I32, TC_SHAPE(7), cv, sizeof cv),
+    tc_randn(TC_F64, TC_SHAPE(16, 50), 3),
+  };
+  /* lookup, position add and scale: one kernel, one launch */
+  assert_int_equal(check_prog("token + position", tok_plus_pos, 5, in), 1);
+  assert_int_equal(launches(tok_plus_pos, in), 1);
+  /* inlined into a row reduction */
+  assert_int_equal(check_prog("row sums of a lookup", lookup_row_sums, 5,
+                              in), 1);
+  assert_int_equal(launches(lookup_row_sums, in), 1);
+  assert_int_equal(check_prog("transposed table", transposed_table, 5, in),
+                   1);
+  check_prog("index computed in the program", lazy_index, 5, in);
+  assert_int_equal(check_prog("index_select of columns", columns, 5, in), 1);
+  check_prog("sum_all of a lookup", sum_of_lookup, 5, in);
+  check_prog("lookup, then the table updated", lookup_then_update, 5, in);
+  /* more index shapes than TC_RECOMPILE_LIMIT: shape-dynamic kernels read
+  ** the index's sizes and strides at run time (the table's axis baked) */
+  for (int t = 1; t <= 12; t++) {
+    tc_tensor *v[5] = { in[0], tc_slice(in[1], 0, 0, t % 5 + 1, 1),
+                        tc_slice(in[2], 1, 0, t % 5 + 1, 1), in[3], in[4] };
+    v[2] = t > 5 ? tc_expand(tc_slice(v[2], 0, 0, 1, 1), 2,
+                             (int64_t[]){ t, t % 5 + 1 }) : v[2];
+    char name[64];
+    snprintf(name, sizeof name, "token + position, variant %d", t);
+    check_prog(name, tok_plus_pos, 5, v);
+  }
   tc_scope_end(mark);
 }
 
@@ -830,6 +939,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_fusion_kernel_counts, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_row_patterns, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_embedding_gather, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_row_stats_outputs, setup,
                                     teardown),
