@@ -552,7 +552,8 @@ static void register_handlers(void)
       break;
     default:
       k = op == TC_OP_CONTIGUOUS ? locked_trace_contiguous
-          : op == TC_OP_MATMUL   ? locked_trace_functional
+          : op == TC_OP_MATMUL || op == TC_OP_CUMSUM
+                                 ? locked_trace_functional
                                  : locked_trace_eager;
     }
     eager_register(TC_KEY_TRACE, (tc_op)op, k);
