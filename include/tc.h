@@ -213,6 +213,11 @@ TC_API tc_tensor *tc_where(tc_tensor *cond, tc_tensor *a, tc_tensor *b);
 ** in a's dtype; a value an integer or bool a cannot hold (NaN, infinite,
 ** out of range) is an error; a fractional one is truncated, as in torch. */
 TC_API tc_tensor *tc_masked_fill(tc_tensor *a, tc_tensor *mask, double value);
+/* The lower (tril) or upper (triu) triangle of the last two dims, the rest
+** zero: element (i, j) is kept when j - i <= k (tril) or j - i >= k (triu);
+** k = 0 is the main diagonal, k > 0 above it. a's dtype; at least 2-D. */
+TC_API tc_tensor *tc_tril(tc_tensor *a, int64_t k);
+TC_API tc_tensor *tc_triu(tc_tensor *a, int64_t k);
 TC_API tc_tensor *tc_clamp(tc_tensor *a, double lo, double hi);
 TC_API tc_tensor *tc_cast(tc_tensor *a, tc_dtype dt);
 
@@ -279,12 +284,6 @@ TC_API tc_tensor *tc_log_softmax(tc_tensor *a, int dim);
 /* Over the last dim; gamma and beta have that dim's size, or may be NULL. */
 TC_API tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma,
                                 tc_tensor *beta, double eps);
-
-/* The lower (tril) or upper (triu) triangle of the last two dims, the rest
-** zero: element (i, j) is kept when j - i <= k (tril) or j - i >= k (triu);
-** k = 0 is the main diagonal, k > 0 above it. a's dtype; at least 2-D. */
-TC_API tc_tensor *tc_tril(tc_tensor *a, int64_t k);
-TC_API tc_tensor *tc_triu(tc_tensor *a, int64_t k);
 
 /* -- Matmul ---------------------------------------------------------------- */
 

@@ -200,12 +200,12 @@ static tc_tensor *triangle(const char *fn, tc_tensor *a, int64_t k,
     return NULL;
   }
   int64_t rows = a->shape[a->ndim - 2], cols = a->shape[a->ndim - 1];
-  tc_tensor *r = tc_arange(TC_I64, 0, (double)rows, 1);
-  tc_tensor *rc = then(r, tc_reshape(r, TC_SHAPE(rows, 1)));
-  tc_tensor *c = tc_arange(TC_I64, 0, (double)cols, 1);
-  tc_tensor *diag = tc_sub(c, rc);            /* col - row, (rows, cols) */
-  tc_release(c);
-  tc_release(rc);
+  tc_tensor *row = tc_arange(TC_I64, 0, (double)rows, 1);
+  row = then(row, tc_reshape(row, TC_SHAPE(rows, 1)));
+  tc_tensor *col = tc_arange(TC_I64, 0, (double)cols, 1);
+  tc_tensor *diag = tc_sub(col, row);         /* col - row, (rows, cols) */
+  tc_release(col);
+  tc_release(row);
   tc_tensor *drop = lower ? tc_gt_scalar(diag, (double)k)
                           : tc_lt_scalar(diag, (double)k);
   tc_release(diag);
