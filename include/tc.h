@@ -196,7 +196,14 @@ TC_API tc_tensor *tc_tanh(tc_tensor *a);
 TC_API tc_tensor *tc_sigmoid(tc_tensor *a);
 TC_API tc_tensor *tc_relu(tc_tensor *a);
 TC_API tc_tensor *tc_gelu(tc_tensor *a);      /* tanh approximation */
+/* Exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)) (torch's approximate='none'). */
+TC_API tc_tensor *tc_gelu_erf(tc_tensor *a);
 TC_API tc_tensor *tc_silu(tc_tensor *a);
+TC_API tc_tensor *tc_expm1(tc_tensor *a);     /* e^x - 1, accurate near 0 */
+TC_API tc_tensor *tc_log1p(tc_tensor *a);     /* log(1 + x), accurate near 0 */
+TC_API tc_tensor *tc_erf(tc_tensor *a);
+/* log(1 + e^x), and x itself where x > 20 (torch's beta 1, threshold 20). */
+TC_API tc_tensor *tc_softplus(tc_tensor *a);
 /* Rounding to integral values (an integer tensor is returned as a new
 ** tensor of the same values; bool is an error). tc_round rounds half to
 ** even, as torch.round. */
@@ -224,6 +231,11 @@ TC_API tc_tensor *tc_where(tc_tensor *cond, tc_tensor *a, tc_tensor *b);
 ** in a's dtype; a value an integer or bool a cannot hold (NaN, infinite,
 ** out of range) is an error; a fractional one is truncated, as in torch. */
 TC_API tc_tensor *tc_masked_fill(tc_tensor *a, tc_tensor *mask, double value);
+/* The lower (tril) or upper (triu) triangle of the last two dims, the rest
+** zero: element (i, j) is kept when j - i <= k (tril) or j - i >= k (triu);
+** k = 0 is the main diagonal, k > 0 above it. a's dtype; at least 2-D. */
+TC_API tc_tensor *tc_tril(tc_tensor *a, int64_t k);
+TC_API tc_tensor *tc_triu(tc_tensor *a, int64_t k);
 TC_API tc_tensor *tc_clamp(tc_tensor *a, double lo, double hi);
 TC_API tc_tensor *tc_cast(tc_tensor *a, tc_dtype dt);
 
@@ -254,8 +266,34 @@ TC_API tc_tensor *tc_sum(tc_tensor *a, int dim, bool keepdim);
 TC_API tc_tensor *tc_mean(tc_tensor *a, int dim, bool keepdim);
 TC_API tc_tensor *tc_max(tc_tensor *a, int dim, bool keepdim);
 TC_API tc_tensor *tc_min(tc_tensor *a, int dim, bool keepdim);
-TC_API tc_tensor *tc_argmax(tc_tensor *a, int dim, bool keepdim); /* TC_I64 */
+/* Index (TC_I64) of the first maximum / minimum along dim; a NaN counts as
+** both, so the first NaN's index is returned, as in PyTorch. */
+TC_API tc_tensor *tc_argmax(tc_tensor *a, int dim, bool keepdim);
+TC_API tc_tensor *tc_argmin(tc_tensor *a, int dim, bool keepdim);
 TC_API tc_tensor *tc_sum_all(tc_tensor *a);                       /* 0-d */
+/* Variance sum((a - mean)^2) / max(0, n - correction) over dim, as
+** torch.var (correction 1: unbiased; 0: population), computed in two passes
+** (mean, then squared deviations); n - correction <= 0 gives inf or NaN, as
+** division by zero does. tc_std is its square root. Float tensors only. */
+TC_API tc_tensor *tc_var(tc_tensor *a, int dim, double correction,
+                         bool keepdim);
+TC_API tc_tensor *tc_std(tc_tensor *a, int dim, double correction,
+                         bool keepdim);
+/* Reductions over the ndims dims listed in dims (negative ones count from
+** the end; in any order; a dim listed twice is an error), as one reduction
+** of all the reduced elements together; keepdim keeps each as size 1. */
+TC_API tc_tensor *tc_sum_dims(tc_tensor *a, int ndims, const int *dims,
+                              bool keepdim);
+TC_API tc_tensor *tc_mean_dims(tc_tensor *a, int ndims, const int *dims,
+                               bool keepdim);
+TC_API tc_tensor *tc_var_dims(tc_tensor *a, int ndims, const int *dims,
+                              double correction, bool keepdim);
+TC_API tc_tensor *tc_std_dims(tc_tensor *a, int ndims, const int *dims,
+                              double correction, bool keepdim);
+
+/* Inclusive cumulative sum along dim, summed in order; same shape as a.
+** Integers and bool accumulate in (and return) TC_I64, as torch.cumsum. */
+TC_API tc_tensor *tc_cumsum(tc_tensor *a, int dim);
 
 /* -- Composites ------------------------------------------------------------ */
 

@@ -5,8 +5,8 @@ Offline tool (needs mpmath; not a dependency of the library).  It runs a
 Remez exchange (linear for polynomials, iterated-linearised for rationals) in
 high precision, minimising the weighted (usually relative) error, rounds the
 coefficients to the target precision and prints them as exact C hex literals.
-Run: python3 tools/approx_fit.py [const|poly|tanh-rational P Q XMAX]   (default: const poly)
-The literals in approx.h are the output of `const` and `poly` verbatim.
+Run: python3 tools/approx_fit.py [const|poly|erf|tanh-rational P Q XMAX]   (default: const poly)
+The literals in approx.h are the output of `const`, `poly` and `erf` verbatim.
 """
 import sys
 import mpmath as mp
@@ -24,6 +24,8 @@ def chex(x, bits):
     """Exact C literal for an mpf already representable in `bits` bits."""
     x = rnd(x, bits)
     s = float(x).hex()  # exact: 24 and 53 bits fit a double
+    m, e = s.split("p")
+    s = (m.rstrip("0").rstrip(".") if "." in m else m) + "p" + e
     return s + ("f" if bits == 24 else "")
 
 
@@ -132,6 +134,22 @@ def fit_all():
         show("COS_C", p, bits)
 
 
+def fit_erf():
+    """erf in two pieces (approx_erf_*): |x| < 1: erf x = x + x Q(x^2), Q minimax with the
+    error relative to erf; 1 <= |x| <= XMAX: erf x = 1 - e^(L(|x|) - x^2), L(x) = log(erfc x)
+    + x^2 minimax with weight erfc(x) (the absolute error it causes in erf)."""
+    Q = lambda z: (mp.erf(mp.sqrt(z)) / mp.sqrt(z) - 1) if z != 0 else 2 / mp.sqrt(mp.pi) - 1
+    L = lambda x: mp.log(mp.erfc(x)) + x * x
+    for bits, dq, dl, xmax in ((24, 7, 7, 4), (53, 12, 18, 6)):
+        nm = "f%d" % (32 if bits == 24 else 64)
+        p, _, e = remez(Q, lambda z: 1 / (1 + Q(z)), 0, 1, dq, npts=2000)
+        print("erf %s: Q degree %d on [0, 1], rel err 2^%.1f" % (nm, dq - 1, log2err(e)))
+        show("ERF_Q", p, bits)
+        p, _, e = remez(L, mp.erfc, 1, xmax, dl, npts=3000, iters=60)
+        print("erf %s: L degree %d on [1, %d], abs err of erf 2^%.1f" % (nm, dl - 1, xmax, log2err(e)))
+        show("ERF_L", p, bits)
+
+
 def fit_tanh(np_, nq, xmax):
     """tanh(x) = x P(x^2) / Q(x^2) on [0, xmax], relative error.
 
@@ -179,5 +197,7 @@ if __name__ == "__main__":
         constants()
     if what in ("default", "poly"):
         fit_all()
+    if what == "erf":
+        fit_erf()
     if what == "tanh-rational":
         fit_tanh(int(sys.argv[2]), int(sys.argv[3]), mp.mpf(sys.argv[4]))

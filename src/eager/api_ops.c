@@ -90,6 +90,11 @@ UNARY(tc_floor, FLOOR)
 UNARY(tc_ceil, CEIL)
 UNARY(tc_round, ROUND)
 UNARY(tc_trunc, TRUNC)
+UNARY(tc_expm1, EXPM1)
+UNARY(tc_log1p, LOG1P)
+UNARY(tc_erf, ERF)
+UNARY(tc_softplus, SOFTPLUS)
+UNARY(tc_gelu_erf, GELU_ERF)
 BINARY(tc_add, ADD)
 BINARY(tc_sub, SUB)
 BINARY(tc_mul, MUL)
@@ -291,7 +296,8 @@ static tc_tensor *reduction(const char *fn, tc_op op, tc_tensor *a, int dim,
     return NULL;
   }
   int64_t n = a->ndim ? a->shape[d] : 1;
-  if (n == 0 && (op == TC_OP_MAX || op == TC_OP_MIN || op == TC_OP_ARGMAX)) {
+  if (n == 0 && (op == TC_OP_MAX || op == TC_OP_MIN || op == TC_OP_ARGMAX ||
+                 op == TC_OP_ARGMIN)) {
     tc_seterr(TC_E_SHAPE, "%s: cannot reduce dim %d of size 0 (no identity)",
               fn, dim);
     return NULL;
@@ -325,6 +331,21 @@ tc_tensor *tc_min(tc_tensor *a, int dim, bool keepdim)
 tc_tensor *tc_argmax(tc_tensor *a, int dim, bool keepdim)
 {
   return reduction(__func__, TC_OP_ARGMAX, a, dim, keepdim);
+}
+tc_tensor *tc_argmin(tc_tensor *a, int dim, bool keepdim)
+{
+  return reduction(__func__, TC_OP_ARGMIN, a, dim, keepdim);
+}
+
+tc_tensor *tc_cumsum(tc_tensor *a, int dim)
+{
+  eager_call c;
+  if (!dim_call(&c, __func__, TC_OP_CUMSUM, a, dim))
+    return NULL;
+  c.ndim = a->ndim;
+  for (int i = 0; i < a->ndim; i++)
+    c.shape[i] = a->shape[i];
+  return handed_out(eager_dispatch(&c));
 }
 
 tc_tensor *tc_sum_all(tc_tensor *a)

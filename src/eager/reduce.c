@@ -261,48 +261,123 @@ static int reduce_rows(reduce_kind rk, const tc_tensor *t, int dim,
   return 0;
 }
 
-/* -- Argmax ------------------------------------------------------------------
-** First index of the maximum; a NaN counts as the maximum (PyTorch). */
+/* -- Argmax, argmin ------------------------------------------------------------
+** First index of the maximum (minimum); a NaN counts as both (PyTorch): the
+** first NaN wins. `better` is > for argmax and < for argmin. */
 
-#define ARGMAX_FN(nm, T)                                                     \
-  static int64_t argmax_##nm(const T *x, int64_t n)                          \
+#define ARGBEST_FN(name, T, better)                                          \
+  static int64_t name(const T *x, int64_t n)                                 \
   {                                                                          \
     int64_t best = 0;                                                        \
     for (int64_t i = 1; i < n; i++) {                                        \
       if (x[best] != x[best])                                                \
         break;                                                               \
-      if (x[i] > x[best] || x[i] != x[i])                                    \
+      if (x[i] better x[best] || x[i] != x[i])                               \
         best = i;                                                            \
     }                                                                        \
     return best;                                                             \
   }
-ARGMAX_FN(f32, float)
-ARGMAX_FN(f64, double)
-ARGMAX_FN(i32, int32_t)
-ARGMAX_FN(i64, int64_t)
-ARGMAX_FN(b8, uint8_t)
+#define ARGBEST_TYPES(X)                                                     \
+  X(f32, float) X(f64, double) X(i32, int32_t) X(i64, int64_t) X(b8, uint8_t)
+#define X(nm, T)                                                             \
+  ARGBEST_FN(argmax_##nm, T, >)                                              \
+  ARGBEST_FN(argmin_##nm, T, <)
+ARGBEST_TYPES(X)
+#undef X
+
+typedef struct {
+  tc_dtype dt;
+  bool min;
+  const char *x;
+  int64_t *out;
+  int64_t n;
+} argbest_job;
+
+static int64_t argbest_row(const argbest_job *j, const void *row)
+{
+  switch (j->dt) {
+  case TC_F32: return j->min ? argmin_f32(row, j->n) : argmax_f32(row, j->n);
+  case TC_F64: return j->min ? argmin_f64(row, j->n) : argmax_f64(row, j->n);
+  case TC_I32: return j->min ? argmin_i32(row, j->n) : argmax_i32(row, j->n);
+  case TC_I64: return j->min ? argmin_i64(row, j->n) : argmax_i64(row, j->n);
+  default:     return j->min ? argmin_b8(row, j->n) : argmax_b8(row, j->n);
+  }
+}
+
+static void argbest_range(void *ctx, int64_t lo, int64_t hi)
+{
+  const argbest_job *j = ctx;
+  size_t esz = tensor_dtype_size[j->dt];
+  for (int64_t r = lo; r < hi; r++)
+    j->out[r] = argbest_row(j, j->x + r * j->n * (int64_t)esz);
+}
+
+/* -- Cumulative sum ------------------------------------------------------------
+** Each row (dim made innermost, in the accumulating dtype) is summed in
+** order, element by element; out walks the same row in the result's
+** layout, `inner` apart. */
+
+#define CUMSUM_FN(nm, T, add)                                                \
+  static void cumsum_##nm(const T *x, T *out, int64_t n, int64_t inner)      \
+  {                                                                          \
+    T acc = 0;                                                               \
+    for (int64_t k = 0; k < n; k++) {                                        \
+      acc = add(acc, x[k]);                                                  \
+      out[k * inner] = acc;                                                  \
+    }                                                                        \
+  }
+CUMSUM_FN(f32, float, C_ADD)
+CUMSUM_FN(f64, double, C_ADD)
+CUMSUM_FN(i64, int64_t, C_ADDW)
 
 typedef struct {
   tc_dtype dt;
   const char *x;
-  int64_t *out;
-  int64_t n;
-} argmax_job;
+  char *out;
+  int64_t n, inner;
+} cumsum_job;
 
-static void argmax_range(void *ctx, int64_t lo, int64_t hi)
+static void cumsum_range(void *ctx, int64_t lo, int64_t hi)
 {
-  const argmax_job *j = ctx;
-  size_t esz = tensor_dtype_size[j->dt];
+  const cumsum_job *j = ctx;
+  int64_t esz = (int64_t)tensor_dtype_size[j->dt];
   for (int64_t r = lo; r < hi; r++) {
-    const void *row = j->x + r * j->n * (int64_t)esz;
+    const char *x = j->x + r * j->n * esz;
+    int64_t o = r / j->inner, i = r % j->inner;
+    char *out = j->out + (o * j->n * j->inner + i) * esz;
     switch (j->dt) {
-    case TC_F32: j->out[r] = argmax_f32(row, j->n); break;
-    case TC_F64: j->out[r] = argmax_f64(row, j->n); break;
-    case TC_I32: j->out[r] = argmax_i32(row, j->n); break;
-    case TC_I64: j->out[r] = argmax_i64(row, j->n); break;
-    default:     j->out[r] = argmax_b8(row, j->n); break;
+    case TC_F32: cumsum_f32((const float *)x, (float *)out, j->n, j->inner);
+      break;
+    case TC_F64: cumsum_f64((const double *)x, (double *)out, j->n, j->inner);
+      break;
+    default: cumsum_i64((const int64_t *)x, (int64_t *)out, j->n, j->inner);
     }
   }
+}
+
+static int cumsum_into(const tc_tensor *t, int dim, tc_tensor *out)
+{
+  int64_t n = 1, inner = 1, rows = 1;
+  for (int d = 0; d < t->ndim; d++) {
+    if (d == dim)
+      n = t->shape[d];
+    else
+      rows *= t->shape[d];
+    if (d > dim)
+      inner *= t->shape[d];
+  }
+  if (rows == 0 || n == 0)
+    return 0;
+  tc_tensor *x = eager_rows_of(t, dim, (tc_dtype)out->dtype);
+  if (!x)
+    return -1;
+  cumsum_job j = { (tc_dtype)out->dtype, tensor_ptr(x), tensor_ptr(out), n,
+                   inner };
+  eager_parallel(rows, n >= EAGER_CHUNK ? 1 : REDUCE_GRAIN_ROWS, cumsum_range,
+                 &j);
+  tensor_unref(x);
+  eager_count(ST_KERNELS_LAUNCHED);
+  return 0;
 }
 
 /* -- Handlers --------------------------------------------------------------- */
@@ -336,15 +411,19 @@ static tc_tensor *cpu_reduce(const eager_call *c)
     tensor_unref(flat);
     break;
   }
-  case TC_OP_ARGMAX: {
+  case TC_OP_CUMSUM:
+    rc = cumsum_into(t, c->dim, out);
+    break;
+  case TC_OP_ARGMAX: case TC_OP_ARGMIN: {
     tc_tensor *x = eager_rows_of(t, c->dim, (tc_dtype)t->dtype);
     if (!x) {
       rc = -1;
       break;
     }
-    argmax_job j = { (tc_dtype)t->dtype, tensor_ptr(x), tensor_ptr(out),
-                     t->ndim ? t->shape[c->dim] : 1 };
-    eager_parallel(out->numel, REDUCE_GRAIN_ROWS, argmax_range, &j);
+    argbest_job j = { (tc_dtype)t->dtype, c->op == TC_OP_ARGMIN,
+                      tensor_ptr(x), tensor_ptr(out),
+                      t->ndim ? t->shape[c->dim] : 1 };
+    eager_parallel(out->numel, REDUCE_GRAIN_ROWS, argbest_range, &j);
     eager_count(ST_KERNELS_LAUNCHED);
     tensor_unref(x);
     break;
@@ -366,6 +445,8 @@ void eager_register_cpu_reduce(void)
   eager_register(TC_KEY_CPU, TC_OP_MAX, cpu_reduce);
   eager_register(TC_KEY_CPU, TC_OP_MIN, cpu_reduce);
   eager_register(TC_KEY_CPU, TC_OP_ARGMAX, cpu_reduce);
+  eager_register(TC_KEY_CPU, TC_OP_ARGMIN, cpu_reduce);
+  eager_register(TC_KEY_CPU, TC_OP_CUMSUM, cpu_reduce);
   eager_register(TC_KEY_CPU, TC_OP_SUM_ALL, cpu_reduce);
 }
 

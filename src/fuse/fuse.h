@@ -1,11 +1,12 @@
 /*
 ** fuse.h -- fusion: a region graph becomes a plan of steps, each either a
 ** fused kernel in the kernel IR (kir.h) or an extern op run by its eager
-** kernel (matmul, argmax). Elementwise chains and broadcasts fuse into one
-** MAP kernel (several outputs when they share a shape); reductions and the
-** composites (softmax, log_softmax, layer_norm, mean) become one ROWS
-** kernel each, with their elementwise producers inlined. Values that
-** nothing outside a kernel needs are never stored.
+** kernel (matmul, argmax, argmin, cumsum). Elementwise chains and
+** broadcasts fuse into one MAP kernel (several outputs when they share a
+** shape); reductions and the composites (softmax, log_softmax,
+** layer_norm, mean) become one ROWS kernel each, with their elementwise
+** producers inlined. Values that nothing outside a kernel needs are never
+** stored.
 **
 ** The graph is trace's region, in a form that depends on tensor only.
 */

@@ -47,7 +47,8 @@
   X(MAXIMUM, 2) X(MINIMUM, 2) X(SEL, 3)                                     \
   X(SQRT, 1) X(EXP, 1) X(LOG, 1) X(TANH, 1) X(SIGMOID, 1) X(SIN, 1)         \
   X(COS, 1) X(POW, 2) X(GELU, 1)                                            \
-  X(FLOOR, 1) X(CEIL, 1) X(ROUND, 1) X(TRUNC, 1)
+  X(FLOOR, 1) X(CEIL, 1) X(ROUND, 1) X(TRUNC, 1)                           \
+  X(EXPM1, 1) X(LOG1P, 1) X(ERF, 1)
 typedef enum {
 #define X(n, a) KOP_##n,
   KIR_PRIMS(X)

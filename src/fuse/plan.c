@@ -6,7 +6,8 @@
 ** order as the eager kernels (principle 2).
 **
 ** Grouping, in topological order:
-**   - extern ops (matmul, argmax) run alone on stored operands;
+**   - extern ops (matmul, argmax, argmin, cumsum) run alone on stored
+**     operands;
 **   - each reduction or composite anchors a ROWS kernel (reduced dim =
 **     row axis) with its single-use pointwise producers inlined;
 **   - a pointwise value that must be stored (an output, used twice, read
@@ -94,7 +95,7 @@ static node_kind kind_of(const fuse_node *n)
   if (n->op == TC_OP_TAKE && n->gather)
     return NK_PW;
   if ((o->kind == OPK_EX && n->op != TC_OP_CONTIGUOUS) ||
-      n->op == TC_OP_ARGMAX)
+      n->op == TC_OP_ARGMAX || n->op == TC_OP_ARGMIN)
     return NK_EXTERN;
   if (o->kind == OPK_RD || o->kind == OPK_CP)
     return NK_ROWS;
@@ -743,6 +744,9 @@ static int scalar_of(fb *b, int n, int i, tc_dtype dt)
 #define CEIL(x)       B1(CEIL, x)
 #define ROUND(x)      B1(ROUND, x)
 #define TRUNC(x)      B1(TRUNC, x)
+#define EXPM1(x)      B1(EXPM1, x)
+#define LOG1P(x)      B1(LOG1P, x)
+#define ERF(x)        B1(ERF, x)
 
 #define EXK_PW(ex) return (ex);
 #define EXK_RD(ex) break;

@@ -86,6 +86,10 @@ static gcc_jit_rvalue *gt(pr *p, gcc_jit_rvalue *a, gcc_jit_rvalue *b)
 {
   return jb_cmp(p->j, GCC_JIT_COMPARISON_GT, a, b);
 }
+static gcc_jit_rvalue *ge(pr *p, gcc_jit_rvalue *a, gcc_jit_rvalue *b)
+{
+  return jb_cmp(p->j, GCC_JIT_COMPARISON_GE, a, b);
+}
 static gcc_jit_rvalue *eq(pr *p, gcc_jit_rvalue *a, gcc_jit_rvalue *b)
 {
   return jb_cmp(p->j, GCC_JIT_COMPARISON_EQ, a, b);
@@ -345,6 +349,90 @@ static gcc_jit_rvalue *build_gelu(pr *p, gcc_jit_rvalue *x)
   return jb_let(p->j, "gl", p->t, sel(p, gt(p, z, F(p, hi)), F(p, -0.0), y));
 }
 
+/* approx_expm1_* */
+static gcc_jit_rvalue *build_expm1(pr *p, gcc_jit_rvalue *x)
+{
+  bool f32 = p->t == p->j->t->f32;
+  double hi = f32 ? 89.0 : 710.0, lo = f32 ? -30.0 : -45.0;
+  double top = (f32 ? APPROX_F32_RND : APPROX_F64_RND) + (f32 ? 127.0 : 1023.0);
+  VF(xc, sel(p, gt(p, x, F(p, hi)), F(p, hi), x));
+  SF(xc, sel(p, lt(p, x, F(p, lo)), F(p, lo), xc));
+  gcc_jit_rvalue *t;
+  VF(r, ln2_reduce(p, xc, &t));
+  VF(q, f32 ? expm1_poly_f32(p, r) : expm1_poly_f64(p, r));
+  VF(tn, sel(p, gt(p, t, F(p, top)), sub(p, t, F(p, 1.0)), t));
+  VF(s, pow2n(p, tn));
+  VF(em1, fma_(p, s, q, sub(p, s, F(p, 1.0))));
+  SF(em1, sel(p, gt(p, t, tn), mul(p, em1, F(p, 2.0)), em1));
+  return jb_let(p->j, "em1", p->t, sel(p, eq(p, x, F(p, 0.0)), x, em1));
+}
+
+/* approx_log1p_* */
+static gcc_jit_rvalue *build_log1p(pr *p, gcc_jit_rvalue *x)
+{
+  bool f32 = p->t == p->j->t->f32;
+  VF(u, add(p, F(p, 1.0), x));
+  gcc_jit_rvalue *f;
+  VF(kf, log_reduce(p, u, &f));
+  VF(c, sub(p, x, sub(p, u, F(p, 1.0))));
+  SF(c, dv(p, c, u));
+  VF(hfsq, mul(p, mul(p, F(p, 0.5), f), f));
+  VF(cr, log_corr(p, f, hfsq));
+  VF(y, add(p, cr, add(p, mul(p, kf, F(p, f32 ? APPROX_F32_LN2_LO
+                                               : APPROX_F64_LN2_LO)), c)));
+  SF(y, sub(p, y, hfsq));
+  SF(y, add(p, y, f));
+  SF(y, add(p, y, mul(p, kf, F(p, f32 ? APPROX_F32_LN2_HI
+                                      : APPROX_F64_LN2_HI))));
+  SF(y, sel(p, eq(p, u, F(p, 0.0)), F(p, -(double)INFINITY), y));
+  SF(y, sel(p, lt(p, u, F(p, 0.0)), nan_(p), y));
+  SF(y, sel(p, lt(p, u, inf_(p)), y, u));
+  return jb_let(p->j, "l1p", p->t, sel(p, eq(p, x, F(p, 0.0)), x, y));
+}
+
+/* approx_erf_* (calls the exp function of the same context) */
+static gcc_jit_rvalue *build_erf(pr *p, gcc_jit_rvalue *x)
+{
+  static const double q32[] = { APPROX_F32_ERF_Q5, APPROX_F32_ERF_Q4,
+                                APPROX_F32_ERF_Q3, APPROX_F32_ERF_Q2,
+                                APPROX_F32_ERF_Q1, APPROX_F32_ERF_Q0 };
+  static const double l32[] = { APPROX_F32_ERF_L5, APPROX_F32_ERF_L4,
+                                APPROX_F32_ERF_L3, APPROX_F32_ERF_L2,
+                                APPROX_F32_ERF_L1, APPROX_F32_ERF_L0 };
+  static const double q64[] = {
+    APPROX_F64_ERF_Q10, APPROX_F64_ERF_Q9, APPROX_F64_ERF_Q8,
+    APPROX_F64_ERF_Q7, APPROX_F64_ERF_Q6, APPROX_F64_ERF_Q5,
+    APPROX_F64_ERF_Q4, APPROX_F64_ERF_Q3, APPROX_F64_ERF_Q2,
+    APPROX_F64_ERF_Q1, APPROX_F64_ERF_Q0 };
+  static const double l64[] = {
+    APPROX_F64_ERF_L16, APPROX_F64_ERF_L15, APPROX_F64_ERF_L14,
+    APPROX_F64_ERF_L13, APPROX_F64_ERF_L12, APPROX_F64_ERF_L11,
+    APPROX_F64_ERF_L10, APPROX_F64_ERF_L9, APPROX_F64_ERF_L8,
+    APPROX_F64_ERF_L7, APPROX_F64_ERF_L6, APPROX_F64_ERF_L5,
+    APPROX_F64_ERF_L4, APPROX_F64_ERF_L3, APPROX_F64_ERF_L2,
+    APPROX_F64_ERF_L1, APPROX_F64_ERF_L0 };
+  bool f32 = p->t == p->j->t->f32;
+  uint64_t sgn = f32 ? APPROX_F32_SIGN : APPROX_F64_SIGN;
+  double xmax = f32 ? APPROX_F32_ERF_XMAX : APPROX_F64_ERF_XMAX;
+  VU(sign, band(p, bits(p, x), U(p, sgn)));
+  VF(ax, fbits(p, band(p, bits(p, x), U(p, ~sgn & (f32 ? 0xffffffffu
+                                                    : ~0ull)))));
+  VF(z, mul(p, ax, ax));
+  VF(q, F(p, f32 ? APPROX_F32_ERF_Q6 : APPROX_F64_ERF_Q11));
+  for (int i = 0; i < (f32 ? 6 : 11); i++)
+    SF(q, fma_(p, q, z, F(p, f32 ? q32[i] : q64[i])));
+  VF(ys, fma_(p, ax, q, ax));
+  VF(bx, sel(p, gt(p, ax, F(p, xmax)), F(p, xmax), ax));
+  SF(bx, sel(p, ge(p, ax, F(p, 1.0)), bx, F(p, 1.0)));
+  VF(l, F(p, f32 ? APPROX_F32_ERF_L6 : APPROX_F64_ERF_L17));
+  for (int i = 0; i < (f32 ? 6 : 17); i++)
+    SF(l, fma_(p, l, bx, F(p, f32 ? l32[i] : l64[i])));
+  VF(h, fma_(p, neg(p, bx), bx, l));
+  VF(yl, sub(p, F(p, 1.0), jcpu_approx_call(p->j, KOP_EXP, p->t, h, NULL)));
+  VF(y, sel(p, ge(p, ax, F(p, 1.0)), yl, ys));
+  return jb_let(p->j, "erf", p->t, fbits(p, bor(p, bits(p, y), sign)));
+}
+
 /* approx_sincos_f32(x, q0, smask) */
 static gcc_jit_rvalue *build_sincos_f32(pr *p, gcc_jit_rvalue *x, uint32_t q0,
                                         uint32_t smask)
@@ -515,7 +603,8 @@ static gcc_jit_rvalue *build_pow(pr *p, gcc_jit_rvalue *a, gcc_jit_rvalue *b)
 static const char *const fname[KOP__MAX] = {
   [KOP_EXP] = "exp", [KOP_LOG] = "log", [KOP_TANH] = "tanh",
   [KOP_SIGMOID] = "sigmoid", [KOP_SIN] = "sin", [KOP_COS] = "cos",
-  [KOP_POW] = "pow", [KOP_GELU] = "gelu",
+  [KOP_POW] = "pow", [KOP_GELU] = "gelu", [KOP_EXPM1] = "expm1",
+  [KOP_LOG1P] = "log1p", [KOP_ERF] = "erf",
 };
 
 /* Build approx_<op>_<ty> as an always-inline function of this context. */
@@ -546,6 +635,9 @@ static gcc_jit_function *build_fn(jb *j, int op, gcc_jit_type *t)
   case KOP_TANH: r = build_tanh(&p, x); break;
   case KOP_SIGMOID: r = build_sigmoid(&p, x); break;
   case KOP_GELU: r = build_gelu(&p, x); break;
+  case KOP_EXPM1: r = build_expm1(&p, x); break;
+  case KOP_LOG1P: r = build_log1p(&p, x); break;
+  case KOP_ERF: r = build_erf(&p, x); break;
   case KOP_SIN:
     r = f32 ? build_sincos_f32(&p, x, 0u, APPROX_F32_SIGN)
             : build_sincos_f64(&p, x, 0u, APPROX_F64_SIGN);

@@ -54,6 +54,7 @@ static int check_instr(const kir_kernel *k, int i, char *reason, size_t rlen)
     return d0 != dt || d1 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;
   case KOP_SQRT: case KOP_EXP: case KOP_LOG: case KOP_TANH:
   case KOP_SIGMOID: case KOP_SIN: case KOP_COS: case KOP_GELU:
+  case KOP_EXPM1: case KOP_LOG1P: case KOP_ERF:
     if (!jcpu_is_float(dt))
       return BAD("%%%d: %s of %s", i, nm, tc_dtype_name((tc_dtype)dt));
     return d0 != dt ? BAD("%%%d: %s operand dtype", i, nm) : 0;

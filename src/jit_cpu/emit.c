@@ -521,6 +521,7 @@ static gcc_jit_rvalue *instr_expr(cg *g, int i)
   }
   case KOP_EXP: case KOP_LOG: case KOP_TANH: case KOP_SIGMOID:
   case KOP_SIN: case KOP_COS: case KOP_POW: case KOP_GELU:
+  case KOP_EXPM1: case KOP_LOG1P: case KOP_ERF:
     return jcpu_approx_call(j, in->op, t, a, b);
   case KOP_CONST: return konst(g, dt, in->cval);
   case KOP_SCALAR:

@@ -1,6 +1,6 @@
 /*
-** approx.h -- the project's own transcendentals (exp, log, tanh, sigmoid, gelu, sin, cos, pow)
-** for f32 and f64, built only from + - * /, selects, bit casts and integer ops, so eager
+** approx.h -- the project's own transcendentals (exp, log, tanh, sigmoid, gelu, expm1, log1p,
+** erf, sin, cos, pow) for f32 and f64, built only from + - * /, selects, bit casts and integer ops, so eager
 ** kernels and JIT code (which re-expresses these exact sequences) agree bitwise and vectorize.
 */
 #ifndef TC_APPROX_H
@@ -410,6 +410,211 @@ static inline double approx_gelu_f64(double x)
   return z > 709.0 ? -0.0 : y;
 }
 
+/* -- expm1, log1p ---------------------------------------------------------------- */
+
+/* e^x - 1 = 2^n (e^r - 1) + (2^n - 1) with exp's reduction: full relative accuracy near 0
+** (n = 0 gives the polynomial itself), one rounding of the sum elsewhere.  x is clamped to
+** [-30, 89] (f64 [-45, 710]): below, e^x - 1 rounds to -1; above, it overflows.  2^n is
+** normal up to n = 127 (1023); n = 128 (1024) is computed with 2^(n-1) and doubled, so
+** results up to the largest float stay finite.  -0 stays -0. */
+static inline float approx_expm1_f32(float x)
+{
+  float xc = x > 89.0f ? 89.0f : x;
+  xc = x < -30.0f ? -30.0f : xc;
+  float t;
+  float r = approx_ln2_reduce_f32(xc, &t);
+  float q = approx_expm1_poly_f32(r);
+  float tn = t > APPROX_F32_RND + 127.0f ? t - 1.0f : t;   /* n = 128: 2^127, doubled */
+  float s = approx_pow2n_f32(tn);
+  float em1 = approx_fma_f32(s, q, s - 1.0f);
+  em1 = t > tn ? em1 * 2.0f : em1;
+  return x == 0.0f ? x : em1;
+}
+
+static inline double approx_expm1_f64(double x)
+{
+  double xc = x > 710.0 ? 710.0 : x;
+  xc = x < -45.0 ? -45.0 : xc;
+  double t;
+  double r = approx_ln2_reduce_f64(xc, &t);
+  double q = approx_expm1_poly_f64(r);
+  double tn = t > APPROX_F64_RND + 1023.0 ? t - 1.0 : t;   /* n = 1024 */
+  double s = approx_pow2n_f64(tn);
+  double em1 = approx_fma_f64(s, q, s - 1.0);
+  em1 = t > tn ? em1 * 2.0 : em1;
+  return x == 0.0 ? x : em1;
+}
+
+/* log(1 + x) = log u + c/u, u = 1 + x rounded, c = x - (u - 1) its rounding error (exact
+** for u below 2^24 (2^53), where u - 1 is exact; beyond, c/u is below an ulp of the result),
+** added with the small terms of log's sum (fdlibm's log1p).  u = 0 -> -inf, u < 0 -> NaN,
+** +inf and NaN pass, -0 stays -0. */
+static inline float approx_log1p_f32(float x)
+{
+  float u = 1.0f + x;
+  float f;
+  float kf = approx_log_reduce_f32(u, &f);
+  float c = x - (u - 1.0f);
+  c = c / u;
+  float hfsq = 0.5f * f * f;
+  float cr = approx_log_corr_f32(f, hfsq);
+  float y = cr + (kf * APPROX_F32_LN2_LO + c);
+  y = y - hfsq;
+  y = y + f;
+  y = y + kf * APPROX_F32_LN2_HI;
+  y = u == 0.0f ? -INFINITY : y;
+  y = u < 0.0f ? NAN : y;
+  y = !(u < INFINITY) ? u : y;                /* +inf, NaN */
+  return x == 0.0f ? x : y;
+}
+
+static inline double approx_log1p_f64(double x)
+{
+  double u = 1.0 + x;
+  double f;
+  double kf = approx_log_reduce_f64(u, &f);
+  double c = x - (u - 1.0);
+  c = c / u;
+  double hfsq = 0.5 * f * f;
+  double cr = approx_log_corr_f64(f, hfsq);
+  double y = cr + (kf * APPROX_F64_LN2_LO + c);
+  y = y - hfsq;
+  y = y + f;
+  y = y + kf * APPROX_F64_LN2_HI;
+  y = u == 0.0 ? -(double)INFINITY : y;
+  y = u < 0.0 ? (double)NAN : y;
+  y = !(u < (double)INFINITY) ? u : y;
+  return x == 0.0 ? x : y;
+}
+
+/* -- erf --------------------------------------------------------------------------- */
+
+/* Two pieces, both computed, one selected (tools/approx_fit.py erf):
+** |x| < 1: erf x = x + x Q(x^2) (Q relative error 2^-29.6 f32, 2^-56.9 f64);
+** |x| >= 1: erf x = 1 - e^(L(|x|) - x^2), L = log(erfc) + x^2 with absolute error in erf
+** 2^-29.9 (f32, on [1, 4]) or 2^-57.1 (f64, on [1, 6]); |x| is clamped there, where erf
+** rounds to 1.  L - x^2 is one multiply-add.  The sign is put back last: erf is odd.  A NaN
+** takes the first piece, whose operations all see the same NaN, so its bits do not depend
+** on which operand an instruction propagates (the second would meet +NaN and -NaN). */
+#define APPROX_F32_ERF_Q0 0x1.06eba8p-3f
+#define APPROX_F32_ERF_Q1 -0x1.81273ep-2f
+#define APPROX_F32_ERF_Q2 0x1.ce2cf8p-4f
+#define APPROX_F32_ERF_Q3 -0x1.b7f90cp-6f
+#define APPROX_F32_ERF_Q4 0x1.5405b2p-8f
+#define APPROX_F32_ERF_Q5 -0x1.a3f6fep-11f
+#define APPROX_F32_ERF_Q6 0x1.496a3p-14f
+#define APPROX_F32_ERF_L0 -0x1.72e6e6p-12f
+#define APPROX_F32_ERF_L1 -0x1.2085b2p+0f
+#define APPROX_F32_ERF_L2 0x1.7274f8p-2f
+#define APPROX_F32_ERF_L3 -0x1.a60a82p-4f
+#define APPROX_F32_ERF_L4 0x1.654222p-6f
+#define APPROX_F32_ERF_L5 -0x1.814cdap-9f
+#define APPROX_F32_ERF_L6 0x1.852d48p-13f
+#define APPROX_F32_ERF_XMAX 4.0f
+#define APPROX_F64_ERF_Q0 0x1.06eba8214db68p-3
+#define APPROX_F64_ERF_Q1 -0x1.812746b0379bdp-2
+#define APPROX_F64_ERF_Q2 0x1.ce2f21a040d16p-4
+#define APPROX_F64_ERF_Q3 -0x1.b82ce311fa94p-6
+#define APPROX_F64_ERF_Q4 0x1.565bccf92b34ap-8
+#define APPROX_F64_ERF_Q5 -0x1.c02db03dd7cd4p-11
+#define APPROX_F64_ERF_Q6 0x1.f9a2baa90db6ap-14
+#define APPROX_F64_ERF_Q7 -0x1.f4ca4d700c6bcp-17
+#define APPROX_F64_ERF_Q8 0x1.b97fd3e0c1a68p-20
+#define APPROX_F64_ERF_Q9 -0x1.5c07271808db3p-23
+#define APPROX_F64_ERF_Q10 0x1.d71b1012fd084p-27
+#define APPROX_F64_ERF_Q11 -0x1.abae4bb6f5827p-31
+#define APPROX_F64_ERF_L0 -0x1.138773a2746adp-21
+#define APPROX_F64_ERF_L1 -0x1.20dd1e3144b98p+0
+#define APPROX_F64_ERF_L2 0x1.741394c6e6823p-2
+#define APPROX_F64_ERF_L3 -0x1.a4ab28fac4582p-4
+#define APPROX_F64_ERF_L4 0x1.3719a69451191p-6
+#define APPROX_F64_ERF_L5 0x1.b19d22407b04bp-12
+#define APPROX_F64_ERF_L6 -0x1.f709851e9083dp-10
+#define APPROX_F64_ERF_L7 0x1.954ad932d91f5p-11
+#define APPROX_F64_ERF_L8 -0x1.1e5cbca7130c8p-13
+#define APPROX_F64_ERF_L9 -0x1.479b71edc60bbp-16
+#define APPROX_F64_ERF_L10 0x1.7a11010bc4f3bp-16
+#define APPROX_F64_ERF_L11 -0x1.1fdf9c2eed73ap-17
+#define APPROX_F64_ERF_L12 0x1.1bdc470e0ae9bp-19
+#define APPROX_F64_ERF_L13 -0x1.8cd7af2af2bcbp-22
+#define APPROX_F64_ERF_L14 0x1.8a96f3497a876p-25
+#define APPROX_F64_ERF_L15 -0x1.0b56ce6df9be1p-28
+#define APPROX_F64_ERF_L16 0x1.bc5033617a669p-33
+#define APPROX_F64_ERF_L17 -0x1.566172ec5c6dfp-38
+#define APPROX_F64_ERF_XMAX 6.0
+
+static inline float approx_erf_f32(float x)
+{
+  uint32_t sign = approx_bits_f32(x) & APPROX_F32_SIGN;
+  float ax = approx_from_bits_f32(approx_bits_f32(x) & ~APPROX_F32_SIGN);
+  float z = ax * ax;
+  float q = APPROX_F32_ERF_Q6;
+  q = approx_fma_f32(q, z, APPROX_F32_ERF_Q5);
+  q = approx_fma_f32(q, z, APPROX_F32_ERF_Q4);
+  q = approx_fma_f32(q, z, APPROX_F32_ERF_Q3);
+  q = approx_fma_f32(q, z, APPROX_F32_ERF_Q2);
+  q = approx_fma_f32(q, z, APPROX_F32_ERF_Q1);
+  q = approx_fma_f32(q, z, APPROX_F32_ERF_Q0);
+  float ys = approx_fma_f32(ax, q, ax);
+  float bx = ax > APPROX_F32_ERF_XMAX ? APPROX_F32_ERF_XMAX : ax;
+  bx = ax >= 1.0f ? bx : 1.0f;                /* NaN: 1, so yl is finite */
+  float l = APPROX_F32_ERF_L6;
+  l = approx_fma_f32(l, bx, APPROX_F32_ERF_L5);
+  l = approx_fma_f32(l, bx, APPROX_F32_ERF_L4);
+  l = approx_fma_f32(l, bx, APPROX_F32_ERF_L3);
+  l = approx_fma_f32(l, bx, APPROX_F32_ERF_L2);
+  l = approx_fma_f32(l, bx, APPROX_F32_ERF_L1);
+  l = approx_fma_f32(l, bx, APPROX_F32_ERF_L0);
+  float h = approx_fma_f32(-bx, bx, l);
+  float yl = 1.0f - approx_exp_f32(h);
+  float y = ax >= 1.0f ? yl : ys;             /* NaN: ys, one NaN throughout */
+  return approx_from_bits_f32(approx_bits_f32(y) | sign);
+}
+
+static inline double approx_erf_f64(double x)
+{
+  uint64_t sign = approx_bits_f64(x) & APPROX_F64_SIGN;
+  double ax = approx_from_bits_f64(approx_bits_f64(x) & ~APPROX_F64_SIGN);
+  double z = ax * ax;
+  double q = APPROX_F64_ERF_Q11;
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q10);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q9);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q8);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q7);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q6);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q5);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q4);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q3);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q2);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q1);
+  q = approx_fma_f64(q, z, APPROX_F64_ERF_Q0);
+  double ys = approx_fma_f64(ax, q, ax);
+  double bx = ax > APPROX_F64_ERF_XMAX ? APPROX_F64_ERF_XMAX : ax;
+  bx = ax >= 1.0 ? bx : 1.0;
+  double l = APPROX_F64_ERF_L17;
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L16);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L15);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L14);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L13);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L12);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L11);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L10);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L9);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L8);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L7);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L6);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L5);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L4);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L3);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L2);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L1);
+  l = approx_fma_f64(l, bx, APPROX_F64_ERF_L0);
+  double h = approx_fma_f64(-bx, bx, l);
+  double yl = 1.0 - approx_exp_f64(h);
+  double y = ax >= 1.0 ? yl : ys;
+  return approx_from_bits_f64(approx_bits_f64(y) | sign);
+}
+
 /* -- sin, cos ------------------------------------------------------------------ */
 
 /* sin r = r + r^3 S(r^2), cos r = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4 (abs error of S
@@ -692,5 +897,8 @@ static inline double approx_pow_f64(double a, double b)
 #define APPROX_SIN(x)     _Generic((x), float: approx_sin_f32, double: approx_sin_f64)(x)
 #define APPROX_COS(x)     _Generic((x), float: approx_cos_f32, double: approx_cos_f64)(x)
 #define APPROX_POW(a, b)  _Generic((a), float: approx_pow_f32, double: approx_pow_f64)(a, b)
+#define APPROX_EXPM1(x)   _Generic((x), float: approx_expm1_f32, double: approx_expm1_f64)(x)
+#define APPROX_LOG1P(x)   _Generic((x), float: approx_log1p_f32, double: approx_log1p_f64)(x)
+#define APPROX_ERF(x)     _Generic((x), float: approx_erf_f32, double: approx_erf_f64)(x)
 
 #endif /* TC_APPROX_H */

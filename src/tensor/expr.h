@@ -66,5 +66,8 @@
 #define SIN(x)         APPROX_SIN(x)
 #define COS(x)         APPROX_COS(x)
 #define POW(x, y)      APPROX_POW(x, y)
+#define EXPM1(x)       APPROX_EXPM1(x)
+#define LOG1P(x)       APPROX_LOG1P(x)
+#define ERF(x)         APPROX_ERF(x)
 
 #endif

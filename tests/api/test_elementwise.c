@@ -35,6 +35,8 @@ static double r_silu(double x) { return x / (1 + exp(-x)); }
 static double r_gelu(double x) {
   return 0.5 * x * (1 + tanh(sqrt(2 / TU_PI) * (x + 0.044715 * x * x * x)));
 }
+static double r_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+static double r_gelu_erf(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
 static float f_neg(float x) { return -x; }
 static float f_abs(float x) { return fabsf(x); }
 static float f_relu(float x) { return x > 0 ? x : 0; }
@@ -66,6 +68,11 @@ static const unop_t UNOPS[] = {
     {"sigmoid", tc_sigmoid, r_sigmoid, NULL, -40, 40, 0, 0, 0, 0, 0},
     {"gelu", tc_gelu, r_gelu, NULL, -10, 10, 0, 0, 0, 0, 1},
     {"silu", tc_silu, r_silu, NULL, -40, 40, 0, 0, 0, 0, 0},
+    {"expm1", tc_expm1, expm1, NULL, -20, 20, -40, 60, 0, 0, 0},
+    {"log1p", tc_log1p, log1p, NULL, -0.999, 50, 0, 0, 0, 0, 0},
+    {"erf", tc_erf, erf, NULL, -5, 5, -7, 7, 0, 0, 0},
+    {"softplus", tc_softplus, r_softplus, NULL, -30, 30, 0, 0, 0, 0, 0},
+    {"gelu_erf", tc_gelu_erf, r_gelu_erf, NULL, -10, 10, 0, 0, 0, 0, 1},
 };
 #define NUNOPS (sizeof UNOPS / sizeof UNOPS[0])
 
@@ -164,6 +171,21 @@ static void test_unary_special_values(void **state) {
       {tc_gelu, "gelu", -I, 0},   /* the limit (-0), not -inf * 0 */
       {tc_silu, "silu", 0, 0}, {tc_silu, "silu", I, I},
       {tc_silu, "silu", N, N}, {tc_silu, "silu", -1000, 0},
+      {tc_expm1, "expm1", -I, -1}, {tc_expm1, "expm1", I, I},
+      {tc_expm1, "expm1", N, N}, {tc_expm1, "expm1", 1e-20, 1e-20},
+      {tc_expm1, "expm1", -100, -1}, {tc_expm1, "expm1", 1000, I},
+      {tc_log1p, "log1p", -1, -I}, {tc_log1p, "log1p", -2, N},
+      {tc_log1p, "log1p", I, I}, {tc_log1p, "log1p", N, N},
+      {tc_log1p, "log1p", 1e-20, 1e-20}, {tc_log1p, "log1p", -1e-20, -1e-20},
+      {tc_erf, "erf", I, 1}, {tc_erf, "erf", -I, -1}, {tc_erf, "erf", N, N},
+      {tc_erf, "erf", 1e-20, 1.1283791670955126e-20}, {tc_erf, "erf", 10, 1},
+      {tc_softplus, "softplus", -I, 0}, {tc_softplus, "softplus", I, I},
+      {tc_softplus, "softplus", N, N}, {tc_softplus, "softplus", -200, 0},
+      {tc_softplus, "softplus", 1000, 1000}, {tc_softplus, "softplus", 0,
+                                              0.69314718055994531},
+      {tc_gelu_erf, "gelu_erf", 0, 0}, {tc_gelu_erf, "gelu_erf", I, I},
+      {tc_gelu_erf, "gelu_erf", N, N}, {tc_gelu_erf, "gelu_erf", -100, 0},
+      {tc_gelu_erf, "gelu_erf", 100, 100},
       {tc_neg, "neg", I, -I}, {tc_neg, "neg", N, N}, {tc_abs, "abs", -I, I},
       {tc_abs, "abs", N, N},
   };
@@ -181,6 +203,15 @@ static void test_unary_special_values(void **state) {
                  tc_dtype_name(FDT[d]), got, cases[i].want);
       tc_release(r);
       tc_release(t);
+    }
+    /* expm1, log1p and erf keep the sign of zero, as libm does. */
+    tc_tensor *(*const odd[3])(tc_tensor *) = {tc_expm1, tc_log1p, tc_erf};
+    for (int k = 0; k < 3; k++) {
+      tc_tensor *m0 = TU_NN(tc_full(FDT[d], TC_SHAPE(1), -0.0));
+      tc_tensor *r = TU_NN(odd[k](m0));
+      assert_true(signbit(tu_item(r)) && tu_item(r) == 0);
+      tc_release(r);
+      tc_release(m0);
     }
     /* Signs of zero are IEEE's. */
     tc_tensor *z = TU_NN(tc_full(FDT[d], TC_SHAPE(1), 0.0));
@@ -742,6 +773,30 @@ static void test_promotion(void **state) {
   free(gq);
   tc_release(e);
   tc_release(q);
+  /* ... and so do the newer float ops, for i32, i64 and bool alike. */
+  tc_tensor *(*const fops[5])(tc_tensor *) = {tc_expm1, tc_log1p, tc_erf,
+                                               tc_softplus, tc_gelu_erf};
+  double (*const frefs[5])(double) = {expm1, log1p, erf, r_softplus,
+                                      r_gelu_erf};
+  tc_tensor *b8 = TU_NN(tc_gt_scalar(j32, 0));
+  tc_tensor *ins[3] = {j32, i64, b8};
+  for (int k = 0; k < 5; k++)
+    for (int w = 0; w < 3; w++) {
+      tc_tensor *r = TU_NN(fops[k](ins[w]));
+      assert_int_equal(tc_dtype_of(r), TC_F32);
+      tc_tensor *xf = TU_NN(tc_cast(ins[w], TC_F64));
+      double *gx = tu_read(xf), *gr = tu_read(r);
+      for (int64_t i = 0; i < tc_numel(r); i++)
+        if (!tu_close(gr[i], frefs[k](gx[i]), 1e-6, 1e-7))
+          fail_msg("float op %d of %s [%d]: got %.9g expected %.9g", k,
+                   tc_dtype_name(tc_dtype_of(ins[w])), (int)i, gr[i],
+                   frefs[k](gx[i]));
+      free(gx);
+      free(gr);
+      tc_release(xf);
+      tc_release(r);
+    }
+  tc_release(b8);
   /* neg/abs/relu keep integer dtypes. */
   tc_tensor *n = TU_NN(tc_neg(i32)), *ab = TU_NN(tc_abs(i32)),
             *re = TU_NN(tc_relu(i32));

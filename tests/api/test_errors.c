@@ -211,6 +211,14 @@ static void test_null_arguments_and_chaining(void **state) {
   EXPECT_FAIL_RC("tc_copy_", NULL, tc_copy_(NULL, a));
   EXPECT_FAIL_RC("tc_fill_", NULL, tc_fill_(NULL, 1));
   EXPECT_FAIL_RC("tc_add_scalar_", NULL, tc_add_scalar_(NULL, 1));
+  EXPECT_NULL("tc_erf", NULL, tc_erf(NULL));
+  EXPECT_NULL("tc_softplus", NULL, tc_softplus(NULL));
+  EXPECT_NULL("tc_argmin", NULL, tc_argmin(NULL, 0, false));
+  EXPECT_NULL("tc_cumsum", NULL, tc_cumsum(NULL, 0));
+  EXPECT_NULL("tc_var", NULL, tc_var(NULL, 0, 1, false));
+  EXPECT_NULL("tc_std_dims", NULL,
+              tc_std_dims(NULL, 1, (const int[]){0}, 1, false));
+  EXPECT_NULL("tc_tril", NULL, tc_tril(NULL, 0));
 
   /* Chains keep the first error. */
   tc_clear_error();
@@ -221,8 +229,12 @@ static void test_null_arguments_and_chaining(void **state) {
   r = tc_relu(tc_mul_scalar(tc_sum(a, 5, false), 2));
   assert_null(r);
   TU_EXPECT_ERR("tc_sum", "dim");
-  /* Later NULL-taking calls, and successful calls, keep it too. */
+  /* Later NULL-taking calls, and successful calls, keep it too (composed
+  ** ops as well). */
   assert_null(tc_softmax(NULL, 0));
+  assert_null(tc_var(NULL, 0, 1, false));
+  assert_null(tc_sum_dims(NULL, 1, (const int[]){0}, false));
+  assert_null(tc_triu(NULL, 0));
   tc_tensor *ok = TU_NN(tc_neg(a));
   tc_release(ok);
   TU_EXPECT_ERR("tc_sum", "dim");

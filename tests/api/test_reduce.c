@@ -7,13 +7,14 @@
 */
 #include "testutil.h"
 
-enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_NOPS };
-static const char *const RNAME[] = {"sum", "mean", "max", "min", "argmax"};
+enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_NOPS };
+static const char *const RNAME[] = {"sum", "mean", "max", "min", "argmax",
+                                    "argmin"};
 static tc_tensor *(*const RFN[])(tc_tensor *, int, bool) = {
-    tc_sum, tc_mean, tc_max, tc_min, tc_argmax};
+    tc_sum, tc_mean, tc_max, tc_min, tc_argmax, tc_argmin};
 
 static tc_dtype result_dtype(int op, tc_dtype in) {
-  if (op == R_ARGMAX) return TC_I64;
+  if (op == R_ARGMAX || op == R_ARGMIN) return TC_I64;
   if (op == R_SUM && !tu_is_float(in)) return TC_I64;
   return in;
 }
@@ -28,7 +29,8 @@ static double ref_reduce(int op, const double *v, int64_t o, int64_t len,
     s += x;
     a += fabs(x);
     if (bi >= 0 && isnan(best)) continue; /* NaN wins, first one kept */
-    if (bi < 0 || isnan(x) || (op == R_MIN ? x < best : x > best)) {
+    bool minimum = op == R_MIN || op == R_ARGMIN;
+    if (bi < 0 || isnan(x) || (minimum ? x < best : x > best)) {
       best = x;
       bi = k;
     }
@@ -37,7 +39,7 @@ static double ref_reduce(int op, const double *v, int64_t o, int64_t len,
   switch (op) {
   case R_SUM: return s;
   case R_MEAN: *abssum /= (double)len; return s / (double)len;
-  case R_ARGMAX: return (double)bi;
+  case R_ARGMAX: case R_ARGMIN: return (double)bi;
   default: return best;
   }
 }
@@ -130,6 +132,17 @@ static void test_argmax_ties_take_first(void **state) {
   free(g0);
   tc_release(a1);
   tc_release(a0);
+  /* argmin: the first minimum, in rows and columns */
+  tc_tensor *n1 = TU_NN(tc_argmin(t, -1, false));
+  tc_tensor *n0 = TU_NN(tc_argmin(t, 0, false));
+  g1 = tu_read(n1);
+  g0 = tu_read(n0);
+  assert_true(g1[0] == 0 && g1[1] == 0 && g1[2] == 1);
+  assert_true(g0[0] == 2 && g0[1] == 2 && g0[2] == 2 && g0[3] == 2);
+  free(g1);
+  free(g0);
+  tc_release(n1);
+  tc_release(n0);
   tc_release(t);
 }
 
@@ -150,6 +163,13 @@ static void test_nan_propagates(void **state) {
     /* As torch.argmax: a NaN is the maximum. */
     if (ga[0] != 1 || ga[1] != 3)
       fail_msg("argmax with NaN: %g %g, expected 1 3", ga[0], ga[1]);
+    /* ... and torch.argmin: the minimum too (not -inf before it). */
+    tc_tensor *an = TU_NN(tc_argmin(t, 1, false));
+    double *gan = tu_read(an);
+    if (gan[0] != 1 || gan[1] != 3)
+      fail_msg("argmin with NaN: %g %g, expected 1 3", gan[0], gan[1]);
+    free(gan);
+    tc_release(an);
     assert_true(g0[0] == 4 && isnan(g0[1]) && g0[2] == 3 && isnan(g0[3]));
     free(gx);
     free(gn);
@@ -180,6 +200,12 @@ static void test_int_and_bool(void **state) {
   assert_true(ra == INT64_C(6000000003));
   tc_tensor *mx = TU_NN(tc_max(t, 0, false)), *mn = TU_NN(tc_min(t, 1, true));
   tc_tensor *am = TU_NN(tc_argmax(t, 0, false));
+  tc_tensor *an = TU_NN(tc_argmin(t, 0, false));
+  assert_int_equal(tc_dtype_of(an), TC_I64);
+  double *gn = tu_read(an);
+  assert_true(gn[0] == 1 && gn[1] == 1 && gn[2] == 1);
+  free(gn);
+  tc_release(an);
   assert_int_equal(tc_dtype_of(mx), TC_I32);
   assert_int_equal(tc_dtype_of(mn), TC_I32);
   assert_int_equal(tc_dtype_of(am), TC_I64);
@@ -305,6 +331,14 @@ static void test_empty_and_degenerate(void **state) {
   tc_clear_error();
   assert_null(tc_argmax(e, 1, false));
   TU_EXPECT_ERR("tc_argmax", NULL);
+  tc_clear_error();
+  assert_null(tc_argmin(e, -1, false));
+  TU_EXPECT_ERR("tc_argmin", "size 0");
+  tc_clear_error();
+  assert_null(tc_argmin(e, 2, false));
+  TU_EXPECT_ERR("tc_argmin", "dim");
+  tc_clear_error();
+  assert_null(tc_argmin(NULL, 0, false));
   tc_clear_error();
   /* Reducing a size-1 dim, and a 1-D tensor to 0-d. */
   double v[3] = {1.5, -2, 4};

@@ -84,12 +84,16 @@ enum {
 
 enum { RP_U_NEG, RP_U_ABS, RP_U_EXP, RP_U_LOG, RP_U_SQRT, RP_U_RSQRT,
        RP_U_SIN, RP_U_COS, RP_U_TANH, RP_U_SIGMOID, RP_U_RELU, RP_U_GELU,
-       RP_U_SILU, RP_U__N };
+       RP_U_SILU, RP_U_EXPM1, RP_U_LOG1P, RP_U_ERF, RP_U_SOFTPLUS,
+       RP_U_GELU_ERF, RP_U__N };
 enum { RP_B_ADD, RP_B_SUB, RP_B_MUL, RP_B_DIV, RP_B_POW, RP_B_MAXIMUM,
        RP_B_MINIMUM, RP_B_EQ, RP_B_NE, RP_B_LT, RP_B_LE, RP_B_GT, RP_B_GE,
        RP_B__N };
 enum { RP_S_ADD, RP_S_SUB, RP_S_MUL, RP_S_DIV, RP_S_POW, RP_S__N };
-enum { RP_R_SUM, RP_R_MEAN, RP_R_MAX, RP_R_MIN, RP_R_ARGMAX, RP_R__N };
+/* VAR is tc_var with correction 1, STD tc_std with correction 0; CUMSUM
+** keeps the shape (keepdim unused). */
+enum { RP_R_SUM, RP_R_MEAN, RP_R_MAX, RP_R_MIN, RP_R_ARGMAX, RP_R_ARGMIN,
+       RP_R_VAR, RP_R_STD, RP_R_CUMSUM, RP_R__N };
 enum { RP_I_COPY, RP_I_ADD, RP_I_SUB, RP_I_MUL, RP_I_DIV, RP_I__N };
 enum { RP_IS_ADD, RP_IS_SUB, RP_IS_MUL, RP_IS_DIV, RP_IS_FILL, RP_IS__N };
 enum { RP_RD_COPY, RP_RD_ITEM, RP_RD_DATA, RP_RD_REALIZE, RP_RD__N };

@@ -344,7 +344,8 @@ static int scalar_op(gen *g, int k, int a, double x)
 
 static int reduce_op(gen *g, int k, int a, int dim, bool keep)
 {
-  if (k == RP_R_MEAN && (rp_avoid & RP_AVOID_MEAN))
+  if ((k == RP_R_MEAN || k == RP_R_VAR || k == RP_R_STD) &&
+      (rp_avoid & RP_AVOID_MEAN))   /* var and std take a mean */
     k = RP_R_SUM;
   const rp_val *x = &g->p->val[a];
   rp_step *s = emit(g, RP_REDUCE);
@@ -359,9 +360,12 @@ static int reduce_op(gen *g, int k, int a, int dim, bool keep)
       sh.d[sh.ndim++] = x->shape.d[i];
     else if (keep)
       sh.d[sh.ndim++] = 0;
-  int dt = k == RP_R_ARGMAX ? TC_I64
-           : k == RP_R_SUM && !is_float(x->dtype) ? TC_I64
-                                                   : x->dtype;
+  if (k == RP_R_CUMSUM)
+    sh = x->shape;
+  int dt = k == RP_R_ARGMAX || k == RP_R_ARGMIN ? TC_I64
+           : (k == RP_R_SUM || k == RP_R_CUMSUM) && !is_float(x->dtype)
+               ? TC_I64
+               : x->dtype;
   return result(g, s, sh, dt);
 }
 
@@ -579,13 +583,13 @@ static void act_unary(gen *g)
   if (a < 0)
     return;
   int k = (int)rn(&g->r, RP_U__N);
-  if ((k == RP_U_LOG || k == RP_U_SQRT || k == RP_U_RSQRT) &&
-      chance(&g->r, 75)) {
+  if ((k == RP_U_LOG || k == RP_U_SQRT || k == RP_U_RSQRT ||
+       k == RP_U_LOG1P) && chance(&g->r, 75)) {
     a = unary_op(g, RP_U_ABS, a);
     if (k != RP_U_SQRT)
       a = scalar_op(g, RP_S_ADD, a, 0.5);
   }
-  if (k == RP_U_EXP && chance(&g->r, 50)) {
+  if ((k == RP_U_EXP || k == RP_U_EXPM1) && chance(&g->r, 50)) {
     rp_step *s = emit(g, RP_CLAMP);
     s->in[0] = (int16_t)a;
     s->s0 = -30;
@@ -689,8 +693,8 @@ static void zero_d_uses(gen *g, int z)
   case 0:
   case 1: {
     static const int ks[] = { RP_R_SUM, RP_R_MEAN, RP_R_MAX, RP_R_MIN,
-                              RP_R_ARGMAX };
-    int r = reduce_op(g, ks[rn(&g->r, 5)], z, chance(&g->r, 50) ? 0 : -1,
+                              RP_R_ARGMAX, RP_R_ARGMIN };
+    int r = reduce_op(g, ks[rn(&g->r, 6)], z, chance(&g->r, 50) ? 0 : -1,
                       chance(&g->r, 50));
     if (reads(g, 50))
       read_op(g, r, rand_read(g, r));

@@ -16,6 +16,7 @@ volatile rp_where rp_now;
 static const char *const unary_fn[RP_U__N] = {
   "tc_neg", "tc_abs", "tc_exp", "tc_log", "tc_sqrt", "tc_rsqrt", "tc_sin",
   "tc_cos", "tc_tanh", "tc_sigmoid", "tc_relu", "tc_gelu", "tc_silu",
+  "tc_expm1", "tc_log1p", "tc_erf", "tc_softplus", "tc_gelu_erf",
 };
 static const char *const binary_fn[RP_B__N] = {
   "tc_add", "tc_sub", "tc_mul", "tc_div", "tc_pow", "tc_maximum",
@@ -26,7 +27,8 @@ static const char *const scalar_fn[RP_S__N] = {
   "tc_pow_scalar",
 };
 static const char *const reduce_fn[RP_R__N] = {
-  "tc_sum", "tc_mean", "tc_max", "tc_min", "tc_argmax",
+  "tc_sum", "tc_mean", "tc_max", "tc_min", "tc_argmax", "tc_argmin",
+  "tc_var", "tc_std", "tc_cumsum",
 };
 static const char *const inplace_fn[RP_I__N] = {
   "tc_copy_", "tc_add_", "tc_sub_", "tc_mul_", "tc_div_",
@@ -48,7 +50,8 @@ typedef int (*ips_fn)(tc_tensor *, double);
 
 static const un_fn unary_f[RP_U__N] = {
   tc_neg, tc_abs, tc_exp, tc_log, tc_sqrt, tc_rsqrt, tc_sin, tc_cos,
-  tc_tanh, tc_sigmoid, tc_relu, tc_gelu, tc_silu,
+  tc_tanh, tc_sigmoid, tc_relu, tc_gelu, tc_silu, tc_expm1, tc_log1p,
+  tc_erf, tc_softplus, tc_gelu_erf,
 };
 static const bin_fn binary_f[RP_B__N] = {
   tc_add, tc_sub, tc_mul, tc_div, tc_pow, tc_maximum, tc_minimum, tc_eq,
@@ -57,8 +60,21 @@ static const bin_fn binary_f[RP_B__N] = {
 static const sc_fn scalar_f[RP_S__N] = {
   tc_add_scalar, tc_sub_scalar, tc_mul_scalar, tc_div_scalar, tc_pow_scalar,
 };
+static tc_tensor *var1(tc_tensor *a, int dim, bool keep)
+{
+  return tc_var(a, dim, 1, keep);
+}
+static tc_tensor *std0(tc_tensor *a, int dim, bool keep)
+{
+  return tc_std(a, dim, 0, keep);
+}
+static tc_tensor *cumsum_(tc_tensor *a, int dim, bool keep)
+{
+  (void)keep;
+  return tc_cumsum(a, dim);
+}
 static const red_fn reduce_f[RP_R__N] = {
-  tc_sum, tc_mean, tc_max, tc_min, tc_argmax,
+  tc_sum, tc_mean, tc_max, tc_min, tc_argmax, tc_argmin, var1, std0, cumsum_,
 };
 static const ip_fn inplace_f[RP_I__N] = {
   tc_copy_, tc_add_, tc_sub_, tc_mul_, tc_div_,
@@ -471,7 +487,12 @@ void rp_print_step(const rp_prog *p, int i, FILE *out)
   case RP_WHERE: fprintf(out, "tc_where(v%d, v%d, v%d)", a, b, c); break;
   case RP_CAST: fprintf(out, "tc_cast(v%d, %s)", a, dtype_c[s->dtype]); break;
   case RP_REDUCE:
-    fprintf(out, "%s(v%d, %d, %s)", reduce_fn[s->k], a, s->dim,
+    if (s->k == RP_R_CUMSUM) {
+      fprintf(out, "tc_cumsum(v%d, %d)", a, s->dim);
+      break;
+    }
+    fprintf(out, "%s(v%d, %d, %s%s)", reduce_fn[s->k], a, s->dim,
+            s->k == RP_R_VAR ? "1, " : s->k == RP_R_STD ? "0, " : "",
             s->keepdim ? "true" : "false");
     break;
   case RP_SUM_ALL: fprintf(out, "tc_sum_all(v%d)", a); break;

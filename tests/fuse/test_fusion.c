@@ -90,6 +90,13 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_COS: return tc_cos(in[0]);
   case TC_OP_TANH: return tc_tanh(in[0]);
   case TC_OP_SIGMOID: return tc_sigmoid(in[0]);
+  case TC_OP_EXPM1: return tc_expm1(tc_mul_scalar(in[0], 8));
+  /* past -1 too: NaN and -inf compare bitwise as well */
+  case TC_OP_LOG1P: return tc_log1p(tc_mul_scalar(in[0], 2));
+  case TC_OP_ERF: return tc_erf(tc_mul_scalar(in[0], 2));
+  /* both sides of softplus's threshold */
+  case TC_OP_SOFTPLUS: return tc_softplus(tc_mul_scalar(in[0], 12));
+  case TC_OP_GELU_ERF: return tc_gelu_erf(tc_mul_scalar(in[0], 3));
   case TC_OP_RELU: return tc_relu(in[0]);
   case TC_OP_GELU: return tc_gelu(in[0]);
   case TC_OP_SILU: return tc_silu(in[0]);
@@ -132,6 +139,10 @@ static tc_tensor *one_op(tc_tensor *const *in)
   case TC_OP_SUM: return tc_sum(in[0], 0, false);
   case TC_OP_MAX: return tc_max(in[0], -1, true);
   case TC_OP_MIN: return tc_min(in[0], 0, true);
+  case TC_OP_ARGMIN: return tc_argmin(tc_round(tc_mul_scalar(in[0], 2)), 0, false);
+  /* an extern step between a producer and a consumer */
+  case TC_OP_CUMSUM:
+    return tc_add_scalar(tc_cumsum(tc_mul_scalar(in[0], 2), 0), 1);
   case TC_OP_SUM_ALL: return tc_sum_all(tc_mul(in[0], in[1]));
   case TC_OP_MEAN: return tc_mean(in[0], -1, false);
   case TC_OP_SOFTMAX: return tc_softmax(in[0], -1);
@@ -399,6 +410,31 @@ static tc_tensor *std_dim0(tc_tensor *const *in)
   return tc_sqrt(tc_div_scalar(tc_sum(tc_mul(xc, xc), 0, false), 63.0));
 }
 
+/* tc_var and tc_std: mean and squared deviations in one ROWS kernel. */
+static tc_tensor *var_rows(tc_tensor *const *in)
+{
+  return tc_var(in[0], -1, 1, false);
+}
+
+static tc_tensor *std_dim0_keep(tc_tensor *const *in)
+{
+  return tc_std(in[0], 0, 0, true);
+}
+
+/* Over two trailing dims, merged into one row (a view: no copy). */
+static tc_tensor *var_two_dims(tc_tensor *const *in)
+{
+  tc_tensor *x3 = tc_reshape(in[0], TC_SHAPE(64, 10, 100));
+  return tc_var_dims(x3, 2, (const int[]){ -1, 1 }, 1, true);
+}
+
+/* A causal mask: the triangle's index comparison and fill fuse with the
+** product into one MAP kernel. */
+static tc_tensor *tril_scaled(tc_tensor *const *in)
+{
+  return tc_mul(tc_tril(in[0], 0), in[1]);
+}
+
 /* Cross-entropy's per-row terms from log_softmax and a one-hot target. */
 static tc_tensor *nll_rows(tc_tensor *const *in)
 {
@@ -435,6 +471,10 @@ static void test_fusion_row_patterns(void **state)
       { "layer norm by hand", layer_norm_by_hand, 1 },
       { "rms norm", rms_norm, 1 },
       { "std over dim 0", std_dim0, 1 },
+      { "tc_var over rows", var_rows, 1 },
+      { "tc_std over dim 0", std_dim0_keep, 1 },
+      { "tc_var_dims over two dims", var_two_dims, 1 },
+      { "tril then a product", tril_scaled, 1 },
       { "nll per row", nll_rows, 1 },
       { "cross-entropy", cross_entropy, 2 },
     };

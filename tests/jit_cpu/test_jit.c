@@ -234,6 +234,9 @@ static float ref32(kir_opcode op, float a, float b)
   case KOP_TANH: return approx_tanh_f32(a);
   case KOP_SIGMOID: return approx_sigmoid_f32(a);
   case KOP_GELU: return approx_gelu_f32(a);
+  case KOP_EXPM1: return approx_expm1_f32(a);
+  case KOP_LOG1P: return approx_log1p_f32(a);
+  case KOP_ERF: return approx_erf_f32(a);
   case KOP_SIN: return approx_sin_f32(a);
   case KOP_COS: return approx_cos_f32(a);
   default: return approx_pow_f32(a, b);
@@ -248,6 +251,9 @@ static double ref64(kir_opcode op, double a, double b)
   case KOP_TANH: return approx_tanh_f64(a);
   case KOP_SIGMOID: return approx_sigmoid_f64(a);
   case KOP_GELU: return approx_gelu_f64(a);
+  case KOP_EXPM1: return approx_expm1_f64(a);
+  case KOP_LOG1P: return approx_log1p_f64(a);
+  case KOP_ERF: return approx_erf_f64(a);
   case KOP_SIN: return approx_sin_f64(a);
   case KOP_COS: return approx_cos_f64(a);
   default: return approx_pow_f64(a, b);
@@ -1152,15 +1158,18 @@ int main(int argc, char **argv)
   static const tcase tc[] = {
     { KOP_EXP, TC_F32 }, { KOP_LOG, TC_F32 }, { KOP_TANH, TC_F32 },
     { KOP_SIGMOID, TC_F32 }, { KOP_SIN, TC_F32 }, { KOP_COS, TC_F32 },
-    { KOP_POW, TC_F32 }, { KOP_GELU, TC_F32 },
+    { KOP_POW, TC_F32 }, { KOP_GELU, TC_F32 }, { KOP_EXPM1, TC_F32 },
+    { KOP_LOG1P, TC_F32 }, { KOP_ERF, TC_F32 },
     { KOP_EXP, TC_F64 }, { KOP_LOG, TC_F64 }, { KOP_TANH, TC_F64 },
     { KOP_SIGMOID, TC_F64 }, { KOP_SIN, TC_F64 }, { KOP_COS, TC_F64 },
-    { KOP_POW, TC_F64 }, { KOP_GELU, TC_F64 },
+    { KOP_POW, TC_F64 }, { KOP_GELU, TC_F64 }, { KOP_EXPM1, TC_F64 },
+    { KOP_LOG1P, TC_F64 }, { KOP_ERF, TC_F64 },
   };
 #define TT(i) cmocka_unit_test_prestate(test_transcendental, (void *)&tc[i])
   const struct CMUnitTest tests[] = {
     TT(0), TT(1), TT(2), TT(3), TT(4), TT(5), TT(6),
     TT(7), TT(8), TT(9), TT(10), TT(11), TT(12), TT(13), TT(14), TT(15),
+    TT(16), TT(17), TT(18), TT(19), TT(20), TT(21),
     cmocka_unit_test(test_gelu_layouts),
     cmocka_unit_test(test_casts),
     cmocka_unit_test(test_int_wrap),

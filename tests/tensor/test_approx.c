@@ -29,6 +29,12 @@
 #define BOUND_TANH_F64    3.0
 #define BOUND_SIGMOID_F64 2.5
 #define BOUND_SINCOS_F64  2.0
+#define BOUND_EXPM1_F32   2.0
+#define BOUND_LOG1P_F32   1.0
+#define BOUND_ERF_F32     1.5
+#define BOUND_EXPM1_F64   2.5
+#define BOUND_LOG1P_F64   1.0
+#define BOUND_ERF_F64     1.5
 /* gelu: err <= GELU_C * (1 + |z|) ulp, z = 2u: GELU's own condition number grows like
 ** |z| for negative x (x e^-|z|), so a rounding in z costs |z| times its relative size. */
 #define BOUND_GELU_C      3.0
@@ -88,6 +94,9 @@ BATCH1(batch_sigmoid_f32, float, approx_sigmoid_f32)
 BATCH1(batch_sin_f32, float, approx_sin_f32)
 BATCH1(batch_cos_f32, float, approx_cos_f32)
 BATCH1(batch_gelu_f32, float, approx_gelu_f32)
+BATCH1(batch_expm1_f32, float, approx_expm1_f32)
+BATCH1(batch_log1p_f32, float, approx_log1p_f32)
+BATCH1(batch_erf_f32, float, approx_erf_f32)
 BATCH1(batch_exp_f64, double, approx_exp_f64)
 BATCH1(batch_log_f64, double, approx_log_f64)
 BATCH1(batch_tanh_f64, double, approx_tanh_f64)
@@ -95,6 +104,9 @@ BATCH1(batch_sigmoid_f64, double, approx_sigmoid_f64)
 BATCH1(batch_sin_f64, double, approx_sin_f64)
 BATCH1(batch_cos_f64, double, approx_cos_f64)
 BATCH1(batch_gelu_f64, double, approx_gelu_f64)
+BATCH1(batch_expm1_f64, double, approx_expm1_f64)
+BATCH1(batch_log1p_f64, double, approx_log1p_f64)
+BATCH1(batch_erf_f64, double, approx_erf_f64)
 
 static void batch_pow_f32(const float *a, const float *b, float *out, size_t n)
 { for (size_t i = 0; i < n; i++) out[i] = approx_pow_f32(a[i], b[i]); }
@@ -141,6 +153,16 @@ static const case_f64 C_SIGMOID_F64 = { "sigmoid f64", batch_sigmoid_f64, approx
                                         ref_sigmoidl, NULL };
 static const case_f64 C_SIN_F64 = { "sin f64", batch_sin_f64, approx_sin_f64, sinl, NULL };
 static const case_f64 C_COS_F64 = { "cos f64", batch_cos_f64, approx_cos_f64, cosl, NULL };
+static const case_f32 C_EXPM1_F32 = { "expm1 f32", batch_expm1_f32, approx_expm1_f32, expm1,
+                                      NULL };
+static const case_f32 C_LOG1P_F32 = { "log1p f32", batch_log1p_f32, approx_log1p_f32, log1p,
+                                      NULL };
+static const case_f32 C_ERF_F32 = { "erf f32", batch_erf_f32, approx_erf_f32, erf, NULL };
+static const case_f64 C_EXPM1_F64 = { "expm1 f64", batch_expm1_f64, approx_expm1_f64, expm1l,
+                                      NULL };
+static const case_f64 C_LOG1P_F64 = { "log1p f64", batch_log1p_f64, approx_log1p_f64, log1pl,
+                                      NULL };
+static const case_f64 C_ERF_F64 = { "erf f64", batch_erf_f64, approx_erf_f64, erfl, NULL };
 
 /* GELU, tanh form, as x / (1 + e^-2u) (equal to 0.5 x (1 + tanh u); no cancellation).
 ** Its error is measured against its own condition, 1 + |z| with z = 2u (BOUND_GELU_C). */
@@ -460,6 +482,34 @@ static void test_approx_pow_f32_accuracy(void **state)
   assert_true(worst_ratio <= 1.0);
 }
 
+/* expm1 over its whole finite range (below -30 it is -1, checked in _special); log1p
+** from -1 to the largest float, and densely near 0 where log1p differs from log(1 + x);
+** erf over [-4.5, 4.5] (beyond, +-1). */
+static void test_approx_expm1_f32_accuracy(void **state)
+{
+  (void)state;
+  stats s = sweep_f32(&C_EXPM1_F32, -31.0f, 88.72f, 191);
+  expect_le("expm1 f32", &s, BOUND_EXPM1_F32);
+  s = sweep_f32(&C_EXPM1_F32, -1.0f, 1.0f, 61);
+  expect_le("expm1 f32 ~0", &s, BOUND_EXPM1_F32);
+}
+
+static void test_approx_log1p_f32_accuracy(void **state)
+{
+  (void)state;
+  stats s = sweep_f32(&C_LOG1P_F32, -1.0f, FLT_MAX, 191);
+  expect_le("log1p f32", &s, BOUND_LOG1P_F32);
+  s = sweep_f32(&C_LOG1P_F32, -0.5f, 1.0f, 61);
+  expect_le("log1p f32 ~0", &s, BOUND_LOG1P_F32);
+}
+
+static void test_approx_erf_f32_accuracy(void **state)
+{
+  (void)state;
+  stats s = sweep_f32(&C_ERF_F32, -4.5f, 4.5f, 63);
+  expect_le("erf f32", &s, BOUND_ERF_F32);
+}
+
 /* -- Accuracy sweeps, f64 ---------------------------------------------------------- */
 
 static void test_approx_exp_f64_accuracy(void **state)
@@ -494,6 +544,31 @@ static void test_approx_sigmoid_f64_accuracy(void **state)
   (void)state;
   stats s = sweep_f64(&C_SIGMOID_F64, -746.0, 40.0, 0x1p-1074, 1000000);
   expect_le("sigmoid f64", &s, BOUND_SIGMOID_F64);
+}
+
+static void test_approx_expm1_f64_accuracy(void **state)
+{
+  (void)state;
+  stats s = sweep_f64(&C_EXPM1_F64, -46.0, 709.78, 0x1p-1074, 1000000);
+  expect_le("expm1 f64", &s, BOUND_EXPM1_F64);
+  s = sweep_f64(&C_EXPM1_F64, -1.0, 1.0, 0x1p-60, 500000);
+  expect_le("expm1 f64 ~0", &s, BOUND_EXPM1_F64);
+}
+
+static void test_approx_log1p_f64_accuracy(void **state)
+{
+  (void)state;
+  stats s = sweep_f64(&C_LOG1P_F64, -1.0, DBL_MAX, 0x1p-1074, 1000000);
+  expect_le("log1p f64", &s, BOUND_LOG1P_F64);
+  s = sweep_f64(&C_LOG1P_F64, -0.5, 1.0, 0x1p-60, 500000);
+  expect_le("log1p f64 ~0", &s, BOUND_LOG1P_F64);
+}
+
+static void test_approx_erf_f64_accuracy(void **state)
+{
+  (void)state;
+  stats s = sweep_f64(&C_ERF_F64, -6.5, 6.5, 0x1p-1074, 1000000);
+  expect_le("erf f64", &s, BOUND_ERF_F64);
 }
 
 /* Doubles nearest k pi/2 for a spread of k < 2^20 (k pi/2 rounded from 64-bit long double
@@ -908,6 +983,85 @@ static void test_approx_pow_special(void **state)
   EQ64(approx_pow_f64(1e300, 1e300), dinf);
 }
 
+static void test_approx_expm1_special(void **state)
+{
+  (void)state;
+  EQ32(approx_expm1_f32(NAN), NAN);
+  EQ32(approx_expm1_f32(INFINITY), INFINITY);
+  EQ32(approx_expm1_f32(-INFINITY), -1.0f);
+  EQ32(approx_expm1_f32(0.0f), 0.0f);
+  EQ32(approx_expm1_f32(-0.0f), -0.0f);
+  EQ32(approx_expm1_f32(0x1p-149f), 0x1p-149f);
+  EQ32(approx_expm1_f32(-0x1p-130f), -0x1p-130f);
+  EQ32(approx_expm1_f32(1e-10f), 1e-10f);
+  EQ32(approx_expm1_f32(-18.0f), -1.0f);                 /* e^x below half an ulp of 1 */
+  EQ32(approx_expm1_f32(-1e30f), -1.0f);
+  EQ32(approx_expm1_f32(88.73f), INFINITY);               /* overflow */
+  float big = approx_expm1_f32(88.72f);                   /* n = 128, still finite */
+  assert_true(big < INFINITY && ulp_err_f32(big, expm1((double)88.72f)) <= BOUND_EXPM1_F32);
+
+  EQ64(approx_expm1_f64(NAN), NAN);
+  EQ64(approx_expm1_f64(INFINITY), INFINITY);
+  EQ64(approx_expm1_f64(-INFINITY), -1.0);
+  EQ64(approx_expm1_f64(0.0), 0.0);
+  EQ64(approx_expm1_f64(-0.0), -0.0);
+  EQ64(approx_expm1_f64(0x1p-1074), 0x1p-1074);
+  EQ64(approx_expm1_f64(-40.0), -1.0);
+  EQ64(approx_expm1_f64(709.8), INFINITY);
+  double bigd = approx_expm1_f64(709.78);
+  assert_true(bigd < INFINITY && ulp_err_f64(bigd, expm1l((long double)709.78)) <= BOUND_EXPM1_F64);
+}
+
+static void test_approx_log1p_special(void **state)
+{
+  (void)state;
+  EQ32(approx_log1p_f32(NAN), NAN);
+  EQ32(approx_log1p_f32(INFINITY), INFINITY);
+  EQ32(approx_log1p_f32(-INFINITY), NAN);
+  EQ32(approx_log1p_f32(-1.0f), -INFINITY);
+  EQ32(approx_log1p_f32(-1.5f), NAN);
+  EQ32(approx_log1p_f32(0.0f), 0.0f);
+  EQ32(approx_log1p_f32(-0.0f), -0.0f);
+  EQ32(approx_log1p_f32(0x1p-149f), 0x1p-149f);
+  EQ32(approx_log1p_f32(-0x1p-130f), -0x1p-130f);
+  EQ32(approx_log1p_f32(1e-10f), 1e-10f);
+  assert_true(ulp_err_f32(approx_log1p_f32(FLT_MAX), log(FLT_MAX)) <= BOUND_LOG1P_F32);
+  assert_true(ulp_err_f32(approx_log1p_f32(-1.0f + 0x1p-24f), log(0x1p-24)) <=
+              BOUND_LOG1P_F32);
+
+  EQ64(approx_log1p_f64(NAN), NAN);
+  EQ64(approx_log1p_f64(INFINITY), INFINITY);
+  EQ64(approx_log1p_f64(-1.0), -INFINITY);
+  EQ64(approx_log1p_f64(-2.0), NAN);
+  EQ64(approx_log1p_f64(-0.0), -0.0);
+  EQ64(approx_log1p_f64(0x1p-1074), 0x1p-1074);
+  assert_true(ulp_err_f64(approx_log1p_f64(DBL_MAX), logl(DBL_MAX)) <= BOUND_LOG1P_F64);
+}
+
+static void test_approx_erf_special(void **state)
+{
+  (void)state;
+  EQ32(approx_erf_f32(NAN), NAN);
+  EQ32(approx_erf_f32(INFINITY), 1.0f);
+  EQ32(approx_erf_f32(-INFINITY), -1.0f);
+  EQ32(approx_erf_f32(0.0f), 0.0f);
+  EQ32(approx_erf_f32(-0.0f), -0.0f);
+  EQ32(approx_erf_f32(4.0f), 1.0f);
+  EQ32(approx_erf_f32(-100.0f), -1.0f);
+  EQ32(approx_erf_f32(FLT_MAX), 1.0f);
+  assert_true(ulp_err_f32(approx_erf_f32(0x1p-140f), erf(0x1p-140)) <= BOUND_ERF_F32);
+  for (float x = 0.0f; x < 5.0f; x += 0.001f)           /* odd, |erf| <= 1 */
+    assert_true(approx_erf_f32(x) <= 1.0f && approx_erf_f32(-x) == -approx_erf_f32(x));
+
+  EQ64(approx_erf_f64(NAN), NAN);
+  EQ64(approx_erf_f64(INFINITY), 1.0);
+  EQ64(approx_erf_f64(-INFINITY), -1.0);
+  EQ64(approx_erf_f64(-0.0), -0.0);
+  EQ64(approx_erf_f64(6.0), 1.0);
+  EQ64(approx_erf_f64(-1e300), -1.0);
+  assert_true(ulp_err_f64(approx_erf_f64(0x1p-1060), erfl(0x1p-1060L)) <= BOUND_ERF_F64);
+}
+
 /* _Generic wrappers pick the dtype's function. */
 static void test_approx_generic(void **state)
 {
@@ -928,6 +1082,12 @@ static void test_approx_generic(void **state)
   EQ64(APPROX_COS(xd), approx_cos_f64(xd));
   EQ32(APPROX_POW(xf, 3.0f), approx_pow_f32(xf, 3.0f));
   EQ64(APPROX_POW(xd, 3.0), approx_pow_f64(xd, 3.0));
+  EQ32(APPROX_EXPM1(xf), approx_expm1_f32(xf));
+  EQ64(APPROX_EXPM1(xd), approx_expm1_f64(xd));
+  EQ32(APPROX_LOG1P(xf), approx_log1p_f32(xf));
+  EQ64(APPROX_LOG1P(xd), approx_log1p_f64(xd));
+  EQ32(APPROX_ERF(xf), approx_erf_f32(xf));
+  EQ64(APPROX_ERF(xd), approx_erf_f64(xd));
   assert_int_equal(sizeof(APPROX_EXP(xf)), sizeof(float));
   assert_int_equal(sizeof(APPROX_EXP(xd)), sizeof(double));
 }
@@ -949,6 +1109,9 @@ int main(void)
     cmocka_unit_test(test_approx_gelu_accuracy),
     cmocka_unit_test(test_approx_sincos_special),
     cmocka_unit_test(test_approx_pow_special),
+    cmocka_unit_test(test_approx_expm1_special),
+    cmocka_unit_test(test_approx_log1p_special),
+    cmocka_unit_test(test_approx_erf_special),
     cmocka_unit_test(test_approx_generic),
     cmocka_unit_test(test_approx_exp_f32_accuracy),
     cmocka_unit_test(test_approx_log_f32_accuracy),
@@ -958,6 +1121,9 @@ int main(void)
     cmocka_unit_test(test_approx_cos_f32_accuracy),
     cmocka_unit_test(test_approx_sincos_f32_large),
     cmocka_unit_test(test_approx_pow_f32_accuracy),
+    cmocka_unit_test(test_approx_expm1_f32_accuracy),
+    cmocka_unit_test(test_approx_log1p_f32_accuracy),
+    cmocka_unit_test(test_approx_erf_f32_accuracy),
     cmocka_unit_test(test_approx_exp_f64_accuracy),
     cmocka_unit_test(test_approx_log_f64_accuracy),
     cmocka_unit_test(test_approx_tanh_f64_accuracy),
@@ -966,6 +1132,9 @@ int main(void)
     cmocka_unit_test(test_approx_cos_f64_accuracy),
     cmocka_unit_test(test_approx_sincos_f64_large),
     cmocka_unit_test(test_approx_pow_f64_accuracy),
+    cmocka_unit_test(test_approx_expm1_f64_accuracy),
+    cmocka_unit_test(test_approx_log1p_f64_accuracy),
+    cmocka_unit_test(test_approx_erf_f64_accuracy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
