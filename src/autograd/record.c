@@ -49,31 +49,29 @@ static void meta_free(tc_tensor *t)
   free(m);
 }
 
-/* Nodes are freed iteratively: a long chain must not recurse. */
+/* Nodes are freed iteratively: a long chain must not recurse. A node
+** joins the work list only once its last reference is gone (then nothing
+** else can reach it), so an input used twice is never listed twice. */
 void ag_node_release(ag_node *n)
 {
-  ag_node *work = NULL;
-  while (n || work) {
-    if (!n) {
-      n = work;
-      work = n->work_next;
-    }
-    if (atomic_fetch_sub(&n->refs, 1) != 1) {
-      n = NULL;
-      continue;
-    }
+  if (!n || atomic_fetch_sub(&n->refs, 1) != 1)
+    return;
+  n->work_next = NULL;
+  while (n) {
+    ag_node *x = n;
+    n = x->work_next;
     for (int s = 0; s < AG_SLOTS; s++)
-      tensor_unref(n->saved[s]);
-    tensor_unref(n->grad);
-    for (int i = 0; i < n->nin; i++) {
-      tensor_unref(n->next[i].leaf);
-      if (n->next[i].fn) {
-        n->next[i].fn->work_next = work;
-        work = n->next[i].fn;
+      tensor_unref(x->saved[s]);
+    tensor_unref(x->grad);
+    for (int i = 0; i < x->nin; i++) {
+      tensor_unref(x->next[i].leaf);
+      ag_node *m = x->next[i].fn;
+      if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+        m->work_next = n;
+        n = m;
       }
     }
-    free(n);
-    n = NULL;
+    free(x);
   }
 }
 
