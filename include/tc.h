@@ -328,10 +328,12 @@ TC_API bool tc_set_grad_enabled(bool on);
 /* A new handle on t's data that does not require grad (shares storage). */
 TC_API tc_tensor *tc_detach(tc_tensor *t);
 
-/* Optimizers over n parameters (borrowed: they must outlive it), with
-** torch.optim.SGD's (dampening 0, no Nesterov) and torch.optim.AdamW's
+/* Optimizers over n parameters (the optimizer holds a reference to each),
+** with torch.optim.SGD's (dampening 0, no Nesterov) and torch.optim.AdamW's
 ** update rules, written as in-place tc ops run with grad mode off (so a
-** compiled step fuses them). A parameter without a gradient is skipped. */
+** compiled step fuses them). A parameter without a gradient is skipped.
+** tc_optimizer_step ends with tc_sync(): under TC_COMPILE=1 a training
+** step (forward, backward, update) is then one region. */
 TC_API tc_optimizer *tc_sgd(tc_tensor **params, int n, double lr,
                             double momentum, double weight_decay);
 TC_API tc_optimizer *tc_adamw(tc_tensor **params, int n, double lr,

@@ -175,6 +175,12 @@ int tc_optimizer_step(tc_optimizer *o)
     tensor_unref(g);
   }
   tc_set_grad_enabled(was);
+  /* The step ends here: under TC_COMPILE=1 the writes are made now, so the
+  ** next step's forward reads parameters instead of chaining onto this
+  ** step's lazy update (a region that would grow every step), and
+  ** forward, backward and update are one region. */
+  if (rc == 0)
+    rc = tc_sync();
   return rc;
 }
 

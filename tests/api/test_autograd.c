@@ -549,11 +549,12 @@ static void ref_grad(const double *p, const double *c, double *g) {
 }
 
 static void step_tc(tc_optimizer *o, tc_tensor *p, tc_tensor *c) {
+  size_t mark = tc_scope_begin();
   TU_OK(tc_optimizer_zero_grad(o));
   tc_tensor *l = TU_NN(tc_sum_all(tc_mul(tc_pow_scalar(p, 3), c)));
   TU_OK(tc_backward(l));
-  tc_release(l);
   TU_OK(tc_optimizer_step(o));
+  tc_scope_end(mark);
 }
 
 static void expect_close(tc_tensor *t, const double *want, double tol) {
@@ -729,6 +730,21 @@ static void test_training_compiled_equals_eager(void **state) {
   tc_stats_get(&st);
   assert_true(st.regions > 0);   /* the compiled run did trace */
 }
+
+/* Each test's temporaries (chained ops) go with a scope around it. */
+static size_t marks[64];
+static int scope_open(void **state) {
+  static int next;
+  marks[next % 64] = tc_scope_begin();
+  *state = &marks[next++ % 64];
+  return 0;
+}
+static int scope_close(void **state) {
+  tc_scope_end(*(size_t *)*state);
+  return 0;
+}
+#undef cmocka_unit_test
+#define cmocka_unit_test(f) cmocka_unit_test_setup_teardown(f, scope_open, scope_close)
 
 int main(void) {
   /* Traced runs compile every region on first sight, in the foreground. */
