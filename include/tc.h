@@ -310,7 +310,10 @@ TC_API int tc_fill_(tc_tensor *dst, double value);
 ** grad mode is on, and a value saved for backward and then written in
 ** place makes backward fail rather than give a wrong gradient. A graph is
 ** used by one backward (its saved values are then freed). Under
-** TC_COMPILE=1 the backward's ops are traced and fused like any others. */
+** TC_COMPILE=1 the backward's ops are traced and fused like any others.
+** Threads: grad mode is per thread; backwards of different graphs may run
+** on several threads at once (leaf gradients are updated under a lock),
+** but one graph must not be walked by two backwards at the same time. */
 typedef struct tc_optimizer tc_optimizer;
 
 /* Floating leaf tensors only; -1 with the error set otherwise. */
