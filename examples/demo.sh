@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's demo: install dependencies, build, run the MLP example eagerly
 # and with TC_COMPILE=1 (twice: a cold start that compiles, then a warm
-# start that loads every kernel from the disk store), decode with the Llama
-# example (eager, then compiled), then list the store.
+# start that loads every kernel from the disk store), train a small MLP
+# with autograd and AdamW in both modes, decode with the Llama example
+# (eager, then compiled), then list the store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -18,6 +19,10 @@ TC_COMPILE=1 TC_STATS=1 TC_LOG=fusion,compile ./build/examples/mlp "$iters"
 echo
 echo "== TC_COMPILE=1, warm (loads the kernels from $TC_CACHE_DIR) =="
 TC_COMPILE=1 TC_STATS=1 ./build/examples/mlp "$iters"
+echo
+echo "== training with autograd: eager, then TC_COMPILE=1 (same final loss bits) =="
+./build/examples/train_mlp 300 | tail -3
+TC_COMPILE=1 ./build/examples/train_mlp 300 | tail -3
 echo
 echo "== Llama inference, stories15M shapes with random weights (examples/llama.c) =="
 ckpt=$(mktemp /tmp/tc-demo-stories15M-XXXXXX.safetensors)

@@ -448,6 +448,59 @@ TC_API tc_tensor *tc_file_get(tc_file *f, const char *name);
 TC_API const char *tc_file_metadata(const tc_file *f, const char *key);
 TC_API void tc_file_close(tc_file *f);       /* NULL-safe */
 
+/* -- Autograd -------------------------------------------------------------- */
+
+/* Reverse-mode gradients, as in PyTorch. While grad mode is on (per
+** thread, the default), an op with an input that requires grad records how
+** its result was made; tc_backward(loss) then adds d loss / d leaf into
+** the gradient of every leaf that requires grad. Views and in-place ops
+** follow PyTorch: in-place on a leaf that requires grad is an error while
+** grad mode is on, and a value saved for backward and then written in
+** place makes backward fail rather than give a wrong gradient. A graph is
+** used by one backward (its saved values are then freed). Under
+** TC_COMPILE=1 the backward's ops are traced and fused like any others.
+** Threads: grad mode is per thread; backwards of different graphs may run
+** on several threads at once (leaf gradients are updated under a lock),
+** but one graph must not be walked by two backwards at the same time. */
+typedef struct tc_optimizer tc_optimizer;
+
+/* Floating leaf tensors only; -1 with the error set otherwise. */
+TC_API int tc_set_requires_grad(tc_tensor *t, bool on);
+/* A leaf that requires grad, or a result recorded from one. */
+TC_API bool tc_requires_grad(const tc_tensor *t);
+/* One-element loss; adds d loss / d leaf into every leaf's gradient. */
+TC_API int tc_backward(tc_tensor *loss);
+/* New reference to t's accumulated gradient; NULL + message if none. */
+TC_API tc_tensor *tc_grad(tc_tensor *t);
+/* Drops t's gradient (set to none; the next backward starts from 0). */
+TC_API int tc_zero_grad(tc_tensor *t);
+/* Per thread; returns the previous mode (false: no_grad). */
+TC_API bool tc_set_grad_enabled(bool on);
+/* A new handle on t's data that does not require grad (shares storage). */
+TC_API tc_tensor *tc_detach(tc_tensor *t);
+
+/* Optimizers over n parameters (the optimizer holds a reference to each),
+** with torch.optim.SGD's (dampening 0, no Nesterov) and torch.optim.AdamW's
+** update rules, written as in-place tc ops run with grad mode off (so a
+** compiled step fuses them). A parameter without a gradient is skipped.
+** tc_optimizer_step ends with tc_sync(): under TC_COMPILE=1 a training
+** step (forward, backward, update) is then one region. */
+TC_API tc_optimizer *tc_sgd(tc_tensor **params, int n, double lr,
+                            double momentum, double weight_decay);
+TC_API tc_optimizer *tc_adamw(tc_tensor **params, int n, double lr,
+                              double beta1, double beta2, double eps,
+                              double weight_decay);
+TC_API int tc_optimizer_step(tc_optimizer *opt);
+TC_API int tc_optimizer_zero_grad(tc_optimizer *opt);   /* tc_zero_grad each */
+TC_API void tc_optimizer_free(tc_optimizer *opt);       /* NULL-safe */
+
+/* Differentiable losses. logits (batch, classes) with i64 class indices
+** targets (batch): mean over the batch of -log_softmax(logits)[target]; a
+** target out of [0, classes) is an error (it reads targets). */
+TC_API tc_tensor *tc_cross_entropy(tc_tensor *logits, tc_tensor *targets);
+/* mean((a - b)^2) over every element (a and b broadcast). */
+TC_API tc_tensor *tc_mse_loss(tc_tensor *a, tc_tensor *b);
+
 /* -- Devices --------------------------------------------------------------- */
 
 TC_API bool tc_cuda_available(void);

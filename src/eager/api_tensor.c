@@ -354,10 +354,21 @@ int tc_sync(void)
 
 /* -- Views --------------------------------------------------------------------- */
 
-static tc_tensor *view_of(const char *fn, tc_tensor *a, const tensor_geom *g)
+/* The geometry of a contiguous tensor of t's shape: views apply the same
+** change to it, giving the view relative to t (eager_call.rel). */
+static void geom_identity(const tc_tensor *t, tensor_geom *r)
+{
+  tensor_geom_of(t, r);
+  tensor_contiguous_strides(t->ndim, t->shape, r->stride);
+  r->offset = 0;
+}
+
+static tc_tensor *view_of(const char *fn, tc_tensor *a, const tensor_geom *g,
+                          const tensor_geom *r)
 {
   eager_call c = { .op = TC_OP_VIEW, .fn = fn, .nin = 1, .in = { a },
-                   .dtype = (tc_dtype)a->dtype, .view = *g, .ndim = g->ndim };
+                   .dtype = (tc_dtype)a->dtype, .view = *g, .rel = *r,
+                   .ndim = g->ndim };
   c.cdtype = c.dtype;
   memcpy(c.shape, g->shape, sizeof(int64_t) * g->ndim);
   return eager_dispatch(&c);
@@ -376,8 +387,9 @@ static tc_tensor *contiguous_of(const char *fn, tc_tensor *a)
   eager_init();                        \
   if (!tensor_arg_ok(__func__, a))     \
     return NULL;                       \
-  tensor_geom g;                       \
-  tensor_geom_of(a, &g)
+  tensor_geom g, r;                    \
+  tensor_geom_of(a, &g);               \
+  geom_identity(a, &r)
 
 tc_tensor *tc_reshape(tc_tensor *a, int ndim, const int64_t *shape)
 {
@@ -385,11 +397,12 @@ tc_tensor *tc_reshape(tc_tensor *a, int ndim, const int64_t *shape)
   int rc = tensor_geom_reshape(__func__, &g, ndim, shape);
   if (rc < 0)
     return NULL;
+  tensor_geom_reshape(__func__, &r, ndim, shape);   /* always a view */
   if (rc == 0)
-    return handed_out(view_of(__func__, a, &g));
+    return handed_out(view_of(__func__, a, &g, &r));
   /* The strides do not allow a view: copy, then view the copy. */
   tc_tensor *c = contiguous_of(__func__, a);
-  tc_tensor *v = c ? view_of(__func__, c, &g) : NULL;
+  tc_tensor *v = c ? view_of(__func__, c, &g, &r) : NULL;
   tensor_unref(c);
   return handed_out(v);
 }
@@ -399,7 +412,8 @@ tc_tensor *tc_permute(tc_tensor *a, int ndim, const int *perm)
   VIEW_BEGIN(a);
   if (tensor_geom_permute(__func__, &g, ndim, perm) < 0)
     return NULL;
-  return handed_out(view_of(__func__, a, &g));
+  tensor_geom_permute(__func__, &r, ndim, perm);
+  return handed_out(view_of(__func__, a, &g, &r));
 }
 
 tc_tensor *tc_transpose(tc_tensor *a, int d0, int d1)
@@ -407,7 +421,8 @@ tc_tensor *tc_transpose(tc_tensor *a, int d0, int d1)
   VIEW_BEGIN(a);
   if (tensor_geom_transpose(__func__, &g, d0, d1) < 0)
     return NULL;
-  return handed_out(view_of(__func__, a, &g));
+  tensor_geom_transpose(__func__, &r, d0, d1);
+  return handed_out(view_of(__func__, a, &g, &r));
 }
 
 tc_tensor *tc_slice(tc_tensor *a, int dim, int64_t start, int64_t end,
@@ -416,7 +431,8 @@ tc_tensor *tc_slice(tc_tensor *a, int dim, int64_t start, int64_t end,
   VIEW_BEGIN(a);
   if (tensor_geom_slice(__func__, &g, dim, start, end, step) < 0)
     return NULL;
-  return handed_out(view_of(__func__, a, &g));
+  tensor_geom_slice(__func__, &r, dim, start, end, step);
+  return handed_out(view_of(__func__, a, &g, &r));
 }
 
 /* Views [k * size, (k + 1) * size) of a along dim, for every k; with
@@ -442,11 +458,13 @@ static int split_views(const char *fn, tc_tensor *a, int64_t size,
     return tc_seterr(TC_E_ARG, "%s: %lld pieces, room for %d", fn,
                      (long long)pieces, max_out), -1;
   for (int64_t k = 0; k < pieces; k++) {
-    tensor_geom g;
+    tensor_geom g, r;
     tensor_geom_of(a, &g);
+    geom_identity(a, &r);
     tc_tensor *v = NULL;
-    if (tensor_geom_slice(fn, &g, d, k * size, k * size + size, 1) == 0)
-      v = handed_out(view_of(fn, a, &g));
+    if (tensor_geom_slice(fn, &g, d, k * size, k * size + size, 1) == 0 &&
+        tensor_geom_slice(fn, &r, d, k * size, k * size + size, 1) == 0)
+      v = handed_out(view_of(fn, a, &g, &r));
     if (!v) {
       while (k-- > 0)
         tc_release(out[k]);
@@ -483,7 +501,8 @@ tc_tensor *tc_expand(tc_tensor *a, int ndim, const int64_t *shape)
   VIEW_BEGIN(a);
   if (tensor_geom_expand(__func__, &g, ndim, shape) < 0)
     return NULL;
-  return handed_out(view_of(__func__, a, &g));
+  tensor_geom_expand(__func__, &r, ndim, shape);
+  return handed_out(view_of(__func__, a, &g, &r));
 }
 
 tc_tensor *tc_unsqueeze(tc_tensor *a, int dim)
@@ -491,7 +510,8 @@ tc_tensor *tc_unsqueeze(tc_tensor *a, int dim)
   VIEW_BEGIN(a);
   if (tensor_geom_unsqueeze(__func__, &g, dim) < 0)
     return NULL;
-  return handed_out(view_of(__func__, a, &g));
+  tensor_geom_unsqueeze(__func__, &r, dim);
+  return handed_out(view_of(__func__, a, &g, &r));
 }
 
 tc_tensor *tc_squeeze(tc_tensor *a, int dim)
@@ -499,7 +519,8 @@ tc_tensor *tc_squeeze(tc_tensor *a, int dim)
   VIEW_BEGIN(a);
   if (tensor_geom_squeeze(__func__, &g, dim) < 0)
     return NULL;
-  return handed_out(view_of(__func__, a, &g));
+  tensor_geom_squeeze(__func__, &r, dim);
+  return handed_out(view_of(__func__, a, &g, &r));
 }
 
 tc_tensor *tc_contiguous(tc_tensor *a)
@@ -523,9 +544,10 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
     return NULL;
   }
   if (strcmp(device, "cpu") == 0) {   /* a new handle on the same data */
-    tensor_geom g;
+    tensor_geom g, r;
     tensor_geom_of(t, &g);
-    return handed_out(view_of(fn, t, &g));
+    geom_identity(t, &r);
+    return handed_out(view_of(fn, t, &g, &r));
   }
   if (strncmp(device, "cuda", 4) == 0) {
     tc_seterr(TC_E_DEVICE, "%s: CUDA is not available in this build (no "

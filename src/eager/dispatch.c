@@ -28,6 +28,8 @@ void eager_global_include(uint32_t keys, bool on)
     atomic_fetch_and(&global_include, ~keys);
 }
 
+static tc_tensor *run_highest(const eager_call *c, uint32_t ks);
+
 tc_tensor *eager_dispatch(const eager_call *c)
 {
   uint32_t ks = atomic_load_explicit(&global_include, memory_order_relaxed)
@@ -37,8 +39,24 @@ tc_tensor *eager_dispatch(const eager_call *c)
       ks |= c->in[i]->keys;
   if (c->dst)
     ks |= c->dst->keys;
-  ks &= ~tls.exclude;
   eager_count(ST_OPS);
+  return run_highest(c, ks & ~tls.exclude);
+}
+
+tc_tensor *eager_redispatch(const eager_call *c, tc_key below)
+{
+  uint32_t ks = atomic_load_explicit(&global_include, memory_order_relaxed)
+                | tls.include;
+  for (int i = 0; i < c->nin; i++)
+    if (c->in[i])
+      ks |= c->in[i]->keys;
+  if (c->dst)
+    ks |= c->dst->keys;
+  return run_highest(c, ks & ~tls.exclude & (TC_KEYSET(below) - 1));
+}
+
+static tc_tensor *run_highest(const eager_call *c, uint32_t ks)
+{
   /* Highest key first; a key without a handler falls through. */
   while (ks) {
     int k = 31 - __builtin_clz(ks);

@@ -24,6 +24,9 @@ typedef struct eager_call {
   int ndim;                     /* result shape */
   int64_t shape[TC_MAX_DIMS];
   tensor_geom view;             /* VIEW: geometry of the result */
+  tensor_geom rel;              /* VIEW: the same view taken of a
+                                   contiguous tensor of in[0]'s shape
+                                   (offset 0): what autograd inverts */
   tc_tensor *dst;               /* M ops: the in-place target (borrowed) */
 } eager_call;
 
@@ -37,6 +40,9 @@ eager_kernel eager_lookup(tc_key key, tc_op op);
 /* Run c on the highest key of (input keys | include) - exclude that has a
 ** handler for c->op. */
 tc_tensor *eager_dispatch(const eager_call *c);
+/* Run c on the highest key below `below` (a handler passing the call on,
+** as autograd does after recording); not counted as a second op. */
+tc_tensor *eager_redispatch(const eager_call *c, tc_key below);
 
 /* Thread-local include and exclude key sets (PyTorch's TLS key sets);
 ** the global include set holds TRACE while compile mode is on. */

@@ -15,6 +15,8 @@
 ** static link, which keeps only what is referenced, keeps tracing too
 ** (a constructor in an unreferenced object would be dropped). */
 void trace_init(void);
+/* Autograd registers its AUTOGRAD handlers the same way, above TRACE. */
+void autograd_init(void);
 
 _Atomic uint64_t eager_stats[ST__MAX];
 static _Atomic uint64_t compile_us;   /* compile time, microseconds */
@@ -79,6 +81,7 @@ static void init_once(void)
   eager_register_cpu_half();   /* wraps what the lines above registered */
   eager_gemm_init();
   trace_init();
+  autograd_init();
   if (cfg.compile)
     eager_global_include(TC_KEYSET(TC_KEY_TRACE), true);
   if (cfg.stats_at_exit)

@@ -10,6 +10,7 @@
 
 /* Hook for lazy tensors: trace frees its node when a handle dies. */
 void (*tensor_lazy_release_hook)(tc_tensor *t);
+void (*tensor_grad_release_hook)(tc_tensor *t);
 
 /* -- Storage ------------------------------------------------------------- */
 
@@ -251,6 +252,7 @@ static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->storage = NULL;
   t->lazy = NULL;
   t->lazy_next = NULL;
+  t->grad_meta = NULL;
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) {
     t->shape[i] = shape[i];
@@ -304,7 +306,7 @@ tc_tensor *tensor_new_view(const tc_tensor *src, int ndim,
     return NULL;
   memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
   t->offset = offset;
-  t->keys = src->keys;
+  t->keys = src->keys & ~TC_KEYSET(TC_KEY_AUTOGRAD);   /* no grad_meta */
   t->storage = src->storage;
   if (t->storage)
     atomic_fetch_add_explicit(&t->storage->refs, 1, memory_order_relaxed);
@@ -315,6 +317,8 @@ void tensor_free(tc_tensor *t)
 {
   if (t->lazy && tensor_lazy_release_hook)
     tensor_lazy_release_hook(t);
+  if (t->grad_meta)
+    tensor_grad_release_hook(t);
   if (t->exposed)
     atomic_fetch_sub(&t->storage->exposed, 1);
   storage_release(t->storage);

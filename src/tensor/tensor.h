@@ -125,7 +125,7 @@ typedef struct tensor_storage {
 
 /* Dispatch keys, in priority order (highest set bit wins). ORDER KEY */
 typedef enum { TC_KEY_CPU = 0, TC_KEY_CUDA = 1, TC_KEY_TRACE = 2,
-               TC_KEY__MAX } tc_key;
+               TC_KEY_AUTOGRAD = 3, TC_KEY__MAX } tc_key;
 #define TC_KEYSET(k) (1u << (k))
 
 struct tc_tensor {
@@ -149,6 +149,9 @@ struct tc_tensor {
                            shape/stride/offset then index that node's
                            contiguous value (a lazy view) */
   tc_tensor *lazy_next; /* trace's list of the handles of one node */
+  void *grad_meta;      /* autograd's record (owned by autograd): set on
+                           tensors that require grad or have a grad_fn
+                           (keys then hold TC_KEY_AUTOGRAD); else NULL */
 };
 
 /* Hooks trace sets at init, so lower layers can ask for realization
@@ -270,6 +273,8 @@ tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
 /* Set by trace: frees a lazy tensor's node when its handle dies. */
 extern void (*tensor_lazy_release_hook)(tc_tensor *t);
+/* Set by autograd: frees t->grad_meta when its handle dies. */
+extern void (*tensor_grad_release_hook)(tc_tensor *t);
 /* References tc itself holds (views of work tensors, graph leaves): never
 ** the program's, so they do not touch scope bookkeeping. */
 /* Free a handle whose refcount reached zero (scope bookkeeping included). */

@@ -251,6 +251,7 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
     tensor_contiguous_strides(ndim, shape, h->stride);
   }
   h->lazy = n;
+  h->grad_meta = NULL;
   handle_link(n, h);
   return h;
 }
@@ -275,7 +276,7 @@ void trace_materialize_handles(trace_node *n, tc_tensor *v)
     atomic_fetch_add(&v->storage->refs, 1);
     h->offset += v->offset;
     h->lazy = NULL;
-    h->keys = TC_KEYSET(TC_KEY_CPU);
+    h->keys &= (uint8_t)~TC_KEYSET(TC_KEY_TRACE);   /* autograd's stays */
     trace_node_release(n);
   }
   trace_node_release(n);
@@ -505,6 +506,9 @@ static tc_tensor *trace_inplace(const eager_call *c)
     trace_node_release(n);
     return NULL;
   }
+  /* The version counts writes when they are made, as eagerly: autograd
+  ** compares it with the one a saved tensor had when it was saved. */
+  atomic_fetch_add(&dst->storage->version, 1);
   /* A write to a storage the program has a raw pointer into, or reading
   ** one, happens now (tc_data). */
   if ((atomic_load_explicit(&dst->storage->exposed, memory_order_relaxed)

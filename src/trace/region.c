@@ -566,7 +566,6 @@ static void finish(trace_region *r)
     if (r->dest[i]) {
       if (v)   /* eager result; a plan writes dest itself */
         eager_copy_into(r->dest[i], v);
-      atomic_fetch_add(&r->dest[i]->storage->version, 1);
       if (n->binds && !n->value)   /* lazy readers read it there */
         n->value = tensor_ref(r->dest[i]);
       pending_drop(r->dest[i]);
