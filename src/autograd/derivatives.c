@@ -85,6 +85,56 @@ static tc_tensor *silu_slope(tc_tensor *a)
   return tc_mul(s, tc_add_scalar(tc_mul(a, tc_rsub_scalar(s, 1)), 1));
 }
 
+/* d/da erf(a) = 2/sqrt(pi) exp(-a^2). */
+static tc_tensor *erf_slope(tc_tensor *a)
+{
+  return tc_mul_scalar(tc_exp(tc_neg(tc_mul(a, a))), 1.1283791670955126);
+}
+
+/* d/da a Phi(a) = Phi(a) + a phi(a): 0.5 (1 + erf(a / sqrt 2)) +
+** a exp(-a^2 / 2) / sqrt(2 pi). */
+static tc_tensor *gelu_erf_slope(tc_tensor *a)
+{
+  tc_tensor *cdf = tc_mul_scalar(tc_add_scalar(tc_erf(tc_mul_scalar(
+                                   a, 0.70710678118654752)), 1), 0.5);
+  tc_tensor *pdf = tc_mul_scalar(tc_exp(tc_mul_scalar(tc_mul(a, a), -0.5)),
+                                 0.3989422804014327);
+  return tc_add(cdf, tc_mul(a, pdf));
+}
+
+/* Zeros of input i's shape in g's dtype. */
+static tc_tensor *in_zeros(const ag_node *x, tc_tensor *g, int i)
+{
+  return tc_zeros(tc_dtype_of(g), x->in_ndim[i], x->in_shape[i]);
+}
+
+/* Input i's part of a concatenation's gradient: its slice along the dim. */
+static tc_tensor *cat_part(const ag_node *x, tc_tensor *g, int i)
+{
+  int d = x->call.dim;
+  int64_t off = 0;
+  for (int j = 0; j < i; j++)
+    off += x->in_shape[j][d];
+  return tc_slice(g, d, off, off + x->in_shape[i][d], 1);
+}
+
+/* TAKE (a's slices along dim at indices b, b's dims replacing dim): g
+** scatter-added back into zeros of a's shape, b flattened and broadcast
+** over the other dims. */
+static tc_tensor *take_grad(const ag_node *x, tc_tensor *g, tc_tensor *b)
+{
+  int d = x->call.dim, nd = x->in_ndim[0];
+  const int64_t *as = x->in_shape[0];
+  int64_t gs[TC_MAX_DIMS], is[TC_MAX_DIMS];
+  for (int k = 0; k < nd; k++) {
+    gs[k] = k == d ? tc_numel(b) : as[k];
+    is[k] = k == d ? tc_numel(b) : 1;
+  }
+  tc_tensor *g2 = tc_reshape(g, nd, gs);
+  tc_tensor *idx = tc_contiguous(tc_expand(tc_reshape(b, nd, is), nd, gs));
+  return tc_scatter_add(in_zeros(x, g, 0), d, idx, g2);
+}
+
 /* pow's exponent gradient is 0 where the base is 0 and the exponent >= 0. */
 static tc_tensor *zero_base(tc_tensor *a, tc_tensor *b)
 {

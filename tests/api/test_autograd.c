@@ -188,6 +188,26 @@ F1(unsqueeze, tc_unsqueeze(x[0], 1))
 F1(squeeze, tc_squeeze(x[0], 1))
 F1(mse, tc_mse_loss(x[0], x[1]))
 F1(chain, tc_tanh(tc_add(tc_matmul(x[0], x[1]), x[2])))
+F1(expm1, tc_expm1(x[0]))
+F1(log1p, tc_log1p(x[0]))
+F1(erf, tc_erf(x[0]))
+F1(softplus, tc_softplus(tc_mul_scalar(x[0], 12)))   /* both sides of 20 */
+F1(gelu_erf, tc_gelu_erf(x[0]))
+F1(cumsum, tc_cumsum(x[0], 1))
+F1(var, tc_var(x[0], 1, 1, true))
+F1(std, tc_std(x[0], 0, 0, false))
+F1(sum_dims, tc_sum_dims(x[0], 2, (const int[]){0, 2}, false))
+F1(tril, tc_tril(x[0], 0))
+F1(cat2, tc_cat((tc_tensor *[]){x[0], x[1]}, 2, 1))
+F1(cat3, tc_cat((tc_tensor *[]){x[0], x[1], x[2]}, 3, 0))
+F1(stack, tc_stack((tc_tensor *[]){x[0], x[1]}, 2, 1))
+#define IDX(...) tc_from_data(TC_I64, TC_SHAPE(sizeof((int64_t[]){__VA_ARGS__}) \
+  / 8), (int64_t[]){__VA_ARGS__}, sizeof((int64_t[]){__VA_ARGS__}))
+F1(index_select, tc_index_select(x[0], 1, IDX(3, 0, 3, 1)))
+F1(embedding, tc_embedding(x[0], tc_reshape(IDX(2, 0, 2, 4, 1, 2), TC_SHAPE(2, 3))))
+F1(gather, tc_gather(x[0], 1, tc_reshape(IDX(0, 2, 2, 1, 0, 0), TC_SHAPE(3, 2))))
+F1(scatter_add, tc_scatter_add(x[0], 1, tc_reshape(IDX(0, 2, 2, 1, 0, 0),
+                                                  TC_SHAPE(3, 2)), x[1]))
 
 static tc_tensor *f_split(tc_tensor **x) {
   tc_tensor *p[3];
@@ -320,6 +340,23 @@ static const gcase cases[] = {
   C1(divs_, ANY, 2, 3, 4),
   C1(fill_, ANY, 2, 3, 4),
   C1(into_plain, ANY, 2, 3, 4),
+  C1(expm1, ANY, 2, 3, 4),
+  C1(log1p, POS, 2, 3, 4),
+  C1(erf, ANY, 2, 3, 4),
+  C1(softplus, AWAY, 2, 3, 4),
+  C1(gelu_erf, ANY, 2, 3, 4),
+  C1(cumsum, ANY, 2, 3, 5),
+  C1(var, ANY, 2, 3, 5),
+  C1(std, ANY, 2, 4, 3),
+  C1(sum_dims, ANY, 3, 2, 3, 4),
+  C1(tril, ANY, 2, 4, 3),
+  C2(cat2, ANY, ANY, 2, SH(3, 2), 2, SH(3, 4)),
+  C3(cat3, ANY, ANY, ANY, 2, SH(1, 4), 2, SH(2, 4), 2, SH(3, 4)),
+  C2(stack, ANY, ANY, 2, SH(3, 4), 2, SH(3, 4)),
+  C1(index_select, ANY, 2, 3, 5),
+  C1(embedding, ANY, 2, 5, 3),
+  C1(gather, ANY, 2, 3, 4),
+  C2(scatter_add, ANY, ANY, 2, SH(3, 4), 2, SH(3, 2)),
 };
 
 static void test_gradcheck_every_op(void **state) {
