@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "hostexec.h"
+#include "../../include/tc.h"
 #include "../../src/jit_cuda/jit_cuda.h"
 #include "../../src/trace/trace.h"
 
@@ -374,6 +375,7 @@ int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
 
 static struct {
   bool host, nvrtc;
+  char dump[256];            /* dump=DIR: each distinct kernel's files */
   unsigned nvrtc_every;
   unsigned long host_cap;    /* host runs per distinct kernel; 0: all */
   unsigned long launches, distinct, nvrtc_ok, nvrtc_skipped, failures;
@@ -400,6 +402,21 @@ static hx_config config_for(const kir_kernel *k, unsigned long n)
   return k->kind == KIR_MAP ? map[n % 3] : rows[n % 3];
 }
 
+/* DIR/kernel-N.ir (the IR text) and kernel-N.cu (its CUDA C). */
+static void dump_kernel(const kir_kernel *k, unsigned long n)
+{
+  char path[400], why[200];
+  char *ir = kir_text(k), *src = jcuda_render(k, why, sizeof why);
+  snprintf(path, sizeof path, "%s/kernel-%lu.ir", hook.dump, n);
+  if (ir && write_file(path, ir) < 0)
+    fprintf(stderr, "hostexec: cannot write %s\n", path);
+  snprintf(path, sizeof path, "%s/kernel-%lu.cu", hook.dump, n);
+  if (src && write_file(path, src) < 0)
+    fprintf(stderr, "hostexec: cannot write %s\n", path);
+  free(ir);
+  free(src);
+}
+
 static void nvrtc_check(const kir_kernel *k)
 {
   char why[200];
@@ -414,7 +431,9 @@ static void nvrtc_check(const kir_kernel *k)
     report_failure(k, "rendering", why);
     return;
   }
-  if (!first || n % hook.nvrtc_every != 0)
+  if (first && hook.dump[0])
+    dump_kernel(k, n);
+  if (!first || !hook.nvrtc || n % hook.nvrtc_every != 0)
     return;
   int rc = hx_nvrtc(k, why, sizeof why);
   if (rc < 0)
@@ -440,7 +459,7 @@ static int launch_hook(const kir_kernel *k, char *const *bufs,
                        const double *scalars, const int64_t *dims,
                        int64_t lo, int64_t hi)
 {
-  if (hook.nvrtc)
+  if (hook.nvrtc || hook.dump[0])
     nvrtc_check(k);
   if (!hook.host)
     return -1;   /* the CPU backend runs it */
@@ -467,7 +486,11 @@ static void summary(void)
     fprintf(stderr, "hostexec: NVRTC checks skipped: %s\n",
             jcuda_nvrtc_reason());
   remove_workdir();
-  if (hook.failures || (hook.host && hook.launches == 0)) {
+  /* kernels were compiled, yet none ran here: the hook was bypassed */
+  tc_stats st;
+  tc_stats_get(&st);
+  bool bypassed = hook.host && hook.launches == 0 && st.kernels_compiled > 0;
+  if (hook.failures || bypassed) {
     if (!hook.failures)
       fprintf(stderr, "hostexec: no kernel ran through the CUDA host path\n");
     fflush(NULL);
@@ -491,6 +514,10 @@ __attribute__((constructor)) static void hook_init(void)
     hook.nvrtc_every = (unsigned)strtoul(n + 6, NULL, 10);
   if (hook.nvrtc_every < 1)
     hook.nvrtc_every = 1;
+  const char *d = strstr(v, "dump=");
+  if (d)
+    snprintf(hook.dump, sizeof hook.dump, "%.*s", (int)strcspn(d + 5, ","),
+             d + 5);
   trace_launch_hook = launch_hook;
   atexit(summary);
 }

@@ -12,11 +12,16 @@
 **
 ** Linked into a test, the constructor reads TC_TEST_CUDA (a comma list):
 **   host      every compiled kernel's launch runs through hx_run
-**             (trace_launch_hook) instead of the CPU backend
+**             (trace_launch_hook) instead of the CPU backend;
+**   host:N    the first N launches of each distinct kernel (the rest run
+**             on the CPU backend, so a test that loops stays fast)
 **   nvrtc     every distinct kernel is also compiled by NVRTC (+ ptxas);
 **   nvrtc:N   every Nth distinct kernel (a sample)
+**   dump=DIR  write each distinct kernel's IR and CUDA C to DIR
+**             (kernel-N.ir, kernel-N.cu), to read or to feed nvcc
 ** and at exit prints one summary line; it exits 1 if any kernel failed to
-** render, compile or run, or if "host" was asked and no kernel ran.
+** render, compile or run, or if "host" was asked and kernels were compiled
+** but none ran through it.
 */
 #ifndef TC_HOSTEXEC_H
 #define TC_HOSTEXEC_H

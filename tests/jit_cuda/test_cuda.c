@@ -418,6 +418,25 @@ static void test_render_refuses_integer_division(void **state)
   free(k);
 }
 
+/* A failed compile hands back NVRTC's whole log, naming the line. */
+static void test_nvrtc_failure_gives_the_log(void **state)
+{
+  (void)state;
+  if (!jcuda_nvrtc_available())
+    skip();
+  char *image = NULL, *log = NULL;
+  size_t len = 0;
+  const char *bad = "extern \"C\" __global__ void f(float *x)\n"
+                    "{\n  x[0] = undeclared_name;\n}\n";
+  assert_int_equal(jcuda_nvrtc_compile(bad, "sm_90", JCUDA_CUBIN, &image,
+                                       &len, &log), -1);
+  assert_null(image);
+  assert_non_null(log);
+  assert_non_null(strstr(log, "undeclared_name"));
+  assert_non_null(strstr(log, "(3)"));   /* the line */
+  free(log);
+}
+
 /* The key names what changes the binary: NVRTC, arch, options, renderer. */
 static void test_key_text(void **state)
 {
@@ -439,6 +458,7 @@ int main(void)
     cmocka_unit_test(test_rows_follow_the_canonical_order),
     cmocka_unit_test(test_rows_strided),
     cmocka_unit_test(test_render_refuses_integer_division),
+    cmocka_unit_test(test_nvrtc_failure_gives_the_log),
     cmocka_unit_test(test_key_text),
   };
   if (!jcuda_nvrtc_available())
