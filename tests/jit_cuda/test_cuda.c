@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -108,6 +109,36 @@ static void test_no_device_is_a_clear_error(void **state)
   assert_non_null(u);
   tc_release(u);
   tc_release(t);
+}
+
+/* The toolkit's stub libcuda.so (for linking only) found as libcuda.so.1:
+** "no device", saying so. Run in a child whose loader path holds it. */
+#define STUB_LIB "/usr/local/cuda/lib64/stubs/libcuda.so"
+
+static void test_stub_library_is_no_device(void **state)
+{
+  (void)state;
+  if (access(STUB_LIB, R_OK) != 0)
+    skip();
+  char dir[] = "/tmp/tc-cuda-stub-XXXXXX", link[64], self[512], cmd[1200];
+  assert_non_null(mkdtemp(dir));
+  snprintf(link, sizeof link, "%s/libcuda.so.1", dir);
+  assert_int_equal(symlink(STUB_LIB, link), 0);
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  assert_true(n > 0);
+  self[n] = 0;
+  snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH='%s' '%s' --probe", dir, self);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char line[400] = "";
+  char *got = fgets(line, sizeof line, p);
+  int rc = pclose(p);
+  unlink(link);
+  rmdir(dir);
+  assert_non_null(got);
+  assert_int_equal(rc, 0);
+  assert_string_equal(line, "unavailable: the CUDA driver is the toolkit's "
+                            "stub library (no NVIDIA driver installed)\n");
 }
 
 /* -- MAP: pointwise math, broadcasting, scalars, dynamic shapes ------------- */
@@ -449,10 +480,16 @@ static void test_key_text(void **state)
   assert_non_null(strstr(buf, "render"));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  if (argc == 2 && strcmp(argv[1], "--probe") == 0) {   /* the stub test */
+    const char *why = jcuda_device_reason();
+    printf("%s%s\n", why ? "unavailable: " : "available", why ? why : "");
+    return 0;
+  }
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_no_device_is_a_clear_error),
+    cmocka_unit_test(test_stub_library_is_no_device),
     cmocka_unit_test(test_map_matches_approx),
     cmocka_unit_test(test_integer_semantics),
     cmocka_unit_test(test_rows_follow_the_canonical_order),
