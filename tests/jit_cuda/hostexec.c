@@ -169,6 +169,21 @@ static hx_kernel *kernel_for(const kir_kernel *k, bool compile, char *why,
 
 #define FIBER_STACK (128 * 1024)
 
+/* AddressSanitizer must be told of each stack switch, or it misreads the
+** fibers' frames; without it these are no-ops. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define SWITCH_START(save, bottom, size) \
+  __sanitizer_start_switch_fiber(save, bottom, size)
+#define SWITCH_FINISH(save, bottom, size) \
+  __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define SWITCH_START(save, bottom, size) ((void)(save), (void)(bottom), \
+                                          (void)(size))
+#define SWITCH_FINISH(save, bottom, size) ((void)(save), (void)(bottom), \
+                                           (void)(size))
+#endif
+
 typedef struct {
   ucontext_t ctx;
   char *stack;
@@ -180,6 +195,8 @@ static struct {
   fiber *f;
   unsigned nf, cap;
   unsigned cur;
+  const void *sched_bottom;   /* the scheduler's stack (sanitizer) */
+  size_t sched_size;
   hx_kernel *kx;
   char *const *bufs;
   const double *scalars;
@@ -191,13 +208,18 @@ static void on_sync(void)
 {
   fiber *f = &run.f[run.cur];
   f->at_barrier = true;
+  void *save = NULL;
+  SWITCH_START(&save, run.sched_bottom, run.sched_size);
   swapcontext(&f->ctx, &run.sched);
+  SWITCH_FINISH(save, &run.sched_bottom, &run.sched_size);
 }
 
 static void fiber_main(void)
 {
+  SWITCH_FINISH(NULL, &run.sched_bottom, &run.sched_size);
   run.kx->entry(run.bufs, run.scalars, run.dims, run.lo, run.hi);
   run.f[run.cur].done = true;   /* returns to uc_link: the scheduler */
+  SWITCH_START(NULL, run.sched_bottom, run.sched_size);
 }
 
 static int fibers_reserve(unsigned n)
@@ -240,7 +262,10 @@ static int run_block(unsigned nthreads, char *why, size_t wlen)
       f->at_barrier = false;
       run.cur = t;
       run.kx->tidx->x = t;
+      void *save = NULL;
+      SWITCH_START(&save, f->stack, FIBER_STACK);
       swapcontext(&run.sched, &f->ctx);
+      SWITCH_FINISH(save, NULL, NULL);
     }
     for (unsigned t = 0; t < nthreads; t++) {
       waiting += run.f[t].at_barrier;
