@@ -503,8 +503,12 @@ TC_API tc_tensor *tc_mse_loss(tc_tensor *a, tc_tensor *b);
 
 /* -- Devices --------------------------------------------------------------- */
 
+/* Is a CUDA device usable? The driver (libcuda.so.1) is loaded at run time;
+** without it, with the toolkit's stub library or with no device this is
+** false, and tc_to(t, "cuda") fails naming the reason. */
 TC_API bool tc_cuda_available(void);
-/* Copy to "cpu" or "cuda" (a new handle on t's data when already there). */
+/* Copy to "cpu" or "cuda" (a new handle on t's data when already there).
+** Device tensors are not built yet: "cuda" is an error either way. */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
 
 /* -- Control and introspection --------------------------------------------- */

@@ -8,6 +8,9 @@
 #
 # Environment:
 #   TC_BUILD          build folder holding tests/test_random (default build)
+#   TC_RANDOM_BIN     the test binary in TC_BUILD/tests (default test_random;
+#                     test_random_cuda with TC_TEST_CUDA=host,nvrtc:N runs
+#                     every kernel's CUDA C on the host, tests/jit_cuda)
 #   TC_RANDOM_OUT     output folder (default a new /tmp/tc-random.XXXXXX)
 #   TC_RANDOM_SHRINK  failing seeds to shrink afterwards (default 10)
 #   TC_RANDOM_AVOID   features to leave out (see tests/fuse/randprog.h)
@@ -23,7 +26,7 @@ seed=${2:-0}
 jobs=${3:-$(nproc)}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TC_BUILD:-$root/build}
-bin=$build/tests/test_random
+bin=$build/tests/${TC_RANDOM_BIN:-test_random}
 [ -x "$bin" ] || { echo "no $bin: build first (ninja -C $build)"; exit 2; }
 out=${TC_RANDOM_OUT:-$(mktemp -d /tmp/tc-random.XXXXXX)}
 mkdir -p "$out"

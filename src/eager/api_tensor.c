@@ -8,6 +8,7 @@
 
 #include "eager.h"
 #include "../tensor/half.h"
+#include "../jit_cuda/jit_cuda.h"
 
 static tc_tensor *handed_out(tc_tensor *t)
 {
@@ -550,8 +551,12 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
     return handed_out(view_of(fn, t, &g, &r));
   }
   if (strncmp(device, "cuda", 4) == 0) {
-    tc_seterr(TC_E_DEVICE, "%s: CUDA is not available in this build (no "
-              "CUDA backend yet)", fn);
+    const char *why = jcuda_device_reason();
+    if (why)
+      tc_seterr(TC_E_DEVICE, "%s: CUDA is not available: %s", fn, why);
+    else
+      tc_seterr(TC_E_DEVICE, "%s: a CUDA device is present, but tc has no "
+                "device tensors yet", fn);
     return NULL;
   }
   tc_seterr(TC_E_ARG, "%s: unknown device \"%s\" (expected \"cpu\" or "

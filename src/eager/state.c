@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "eager.h"
+#include "../jit_cuda/jit_cuda.h"
 
 /* The one name eager knows from above: tracing registers its TRACE
 ** handlers and hooks here, at the library's one-time init, so that a
@@ -150,4 +151,4 @@ void tc_stats_reset(void)
   tensor_alloc_reset_stats();
 }
 
-bool tc_cuda_available(void) { return false; }
+bool tc_cuda_available(void) { return jcuda_device_available(); }

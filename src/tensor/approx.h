@@ -6,9 +6,13 @@
 #ifndef TC_APPROX_H
 #define TC_APPROX_H
 
+/* NVRTC has no libc headers: src/jit_cuda renders this file as CUDA C after a
+** prelude that supplies these names (jcuda_prelude in render.c). */
+#ifndef __CUDACC_RTC__
 #include <math.h>   /* NAN, INFINITY only */
 #include <stdint.h>
 #include <string.h>
+#endif
 
 /*
 ** Rules every function here follows (see docs/NUMERICS.md for the measured accuracy):
@@ -38,13 +42,19 @@ static inline double approx_from_bits_f64(uint64_t u) { double x; memcpy(&x, &u,
 ** about 30% faster for exp and tanh on AVX2, whose multiply pipes are the bottleneck);
 ** elsewhere it is a multiply and an add, so such a build still vectorizes instead of
 ** calling libm's fma per element.  APPROX_FMA tells src/jit_cpu which of the two the eager
-** build uses; compiled kernels make the same choice, so results agree bitwise. */
+** build uses; compiled kernels make the same choice, so results agree bitwise.  An includer
+** may define it first: src/jit_cuda's CUDA C defines it as the host build's value. */
+#ifndef APPROX_FMA
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define APPROX_FMA 1
+#else
+#define APPROX_FMA 0
+#endif
+#endif
+#if APPROX_FMA
 static inline float approx_fma_f32(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 static inline double approx_fma_f64(double a, double b, double c) { return __builtin_fma(a, b, c); }
 #else
-#define APPROX_FMA 0
 static inline float approx_fma_f32(float a, float b, float c) { return a * b + c; }
 static inline double approx_fma_f64(double a, double b, double c) { return a * b + c; }
 #endif

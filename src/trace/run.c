@@ -9,6 +9,8 @@
 
 #include "compile_int.h"
 
+trace_launch_fn trace_launch_hook;
+
 typedef struct {
   tc_tensor **temp;
   tc_tensor **out;
@@ -91,7 +93,10 @@ static int run_kernel(const trace_region *r, const fuse_plan *p,
   kernel_args a;
   if (kernel_args_bind(r, p, rs, st, (fuse_ref){ FREF_NONE, -1 }, &a) < 0)
     return -1;
-  int rc = jcpu_launch(jk, st->k, a.bufs, a.scal, a.dims);
+  int rc = trace_launch_hook &&
+           trace_launch_hook(st->k, a.bufs, a.scal, a.dims, 0,
+                             kir_units(st->k)) == 0
+           ? 0 : jcpu_launch(jk, st->k, a.bufs, a.scal, a.dims);
   eager_count(ST_KERNELS_LAUNCHED);
   kernel_args_free(&a);
   return rc;
@@ -117,7 +122,10 @@ static void tile_epilogue_run(void *ctx, tc_tensor *out, int64_t batch,
   int64_t m = out->shape[out->ndim - 2], n = out->shape[out->ndim - 1];
   for (int64_t i = i0; i < i1; i++) {
     int64_t lo = (batch * m + i) * n + j0;
-    jcpu_run_points(e->jk, bufs, e->a.scal, e->a.dims, lo, lo + (j1 - j0));
+    int64_t hi = lo + (j1 - j0);
+    if (!trace_launch_hook ||
+        trace_launch_hook(k, bufs, e->a.scal, e->a.dims, lo, hi) != 0)
+      jcpu_run_points(e->jk, bufs, e->a.scal, e->a.dims, lo, hi);
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include "../eager/eager.h"
 #include "../cache/cache.h"
+#include "../fuse/kir.h"
 
 typedef struct trace_node trace_node;
 
@@ -90,6 +91,16 @@ void trace_table_unlock(void);
 void trace_compile_register(void);
 /* Wait until no background compile is queued or running. */
 void trace_compile_wait(void);
+
+/* Testing hook: when set, each compiled kernel's launch (and a matmul
+** epilogue's run on a tile's points) is offered to it first, with the
+** kernel's units [lo, hi) (kir.h: points or rows); it returns 0 when it
+** ran the kernel, else the CPU backend runs it. tests/jit_cuda installs
+** one that runs the kernel's CUDA C on the host. NULL in the library. */
+typedef int (*trace_launch_fn)(const kir_kernel *k, char *const *bufs,
+                               const double *scalars, const int64_t *dims,
+                               int64_t lo, int64_t hi);
+extern trace_launch_fn trace_launch_hook;
 
 /* Registered at load; also callable (idempotent). */
 void trace_init(void);

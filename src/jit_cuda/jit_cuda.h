@@ -1,0 +1,86 @@
+/*
+** jit_cuda.h -- the CUDA backend: kernel IR (src/fuse/kir.h) -> CUDA C ->
+** NVRTC -> PTX / cubin, and the CUDA Driver API. Both libraries are loaded
+** with dlopen at first use, so libtc has no link-time CUDA dependency and
+** runs unchanged where CUDA is absent: a missing driver, the toolkit's stub
+** libcuda.so or no device all mean "no device", with a reason.
+**
+** The renderer is the part that exists in full (render.c). Its contract is
+** the CPU backend's: the CUDA C computes what tc's eager kernels compute,
+** bit for bit. Every primitive is written with expr.h's semantics for the
+** instruction's dtype; the transcendentals are approx.h itself, compiled as
+** CUDA C (the rendered source embeds the file, built with the host's
+** APPROX_FMA, so fused multiply-adds are exactly where the CPU has them);
+** NVRTC runs with -fmad=false -prec-div=true -prec-sqrt=true -ftz=false;
+** reductions follow the canonical order whatever the launch configuration.
+**
+** The rendered source is plain C with a few macros (TCK_KERNEL, TCK_SHARED,
+** TCK_SYNC, threadIdx/blockIdx/blockDim/gridDim): under NVRTC its prelude
+** maps them to CUDA; tests/jit_cuda/shim.h maps them to a host execution
+** model, so gcc can compile and run the same text on a machine with no GPU.
+*/
+#ifndef TC_JIT_CUDA_H
+#define TC_JIT_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../fuse/kir.h"
+
+/* -- The device -------------------------------------------------------------- */
+
+/* Is there a usable CUDA device? Loads libcuda.so.1 and calls cuInit and
+** cuDeviceGetCount once per process (thread-safe); false with a reason
+** ("no CUDA driver (libcuda.so.1: ...)", "the CUDA driver is the toolkit's
+** stub library", "cuInit failed: ...", "no CUDA device") otherwise. */
+bool jcuda_device_available(void);
+const char *jcuda_device_reason(void);   /* NULL when available */
+
+/* -- Rendering ------------------------------------------------------------------ */
+
+/* Entry point of every rendered kernel:
+**   TCK_KERNEL tck_main(char *const *bufs, const double *scalars,
+**                       const int64_t *dims, int64_t lo, int64_t hi)
+** bufs, scalars and dims as in kir.h (device pointers on a GPU). [lo, hi)
+** is a range of flat points (KIR_MAP: grid-stride loop, one point per
+** thread per step) or of flat rows (KIR_ROWS: a block per row, grid-stride
+** over rows; blockDim.x a power of two from 16 to JCUDA_MAX_THREADS).
+** Results never depend on the grid or block size. */
+#define JCUDA_ENTRY "tck_main"
+#define JCUDA_MAX_THREADS 1024
+
+/* Render k as a self-contained CUDA C translation unit (approx.h included
+** in the text). Returns a malloc'd string, or NULL with a one-line reason
+** when k uses something the renderer does not emit (an integer DIV, a
+** transcendental of an integer) or memory runs out. */
+char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen);
+
+/* -- NVRTC -------------------------------------------------------------------- */
+
+/* Is NVRTC loadable? (libnvrtc.so.13 / .so.12 / .so, by the loader's path,
+** then /usr/local/cuda/lib64). False with a reason otherwise. */
+bool jcuda_nvrtc_available(void);
+const char *jcuda_nvrtc_reason(void);   /* NULL when available */
+/* "nvrtc 13.0", or "nvrtc none". */
+const char *jcuda_nvrtc_version(void);
+/* The options every compile uses, space-separated (without -arch). */
+const char *jcuda_nvrtc_options(void);
+
+typedef enum { JCUDA_PTX, JCUDA_CUBIN } jcuda_image;
+
+/* Compile CUDA C `src` for `arch` ("sm_90" for a cubin, "compute_90" for
+** PTX). Returns 0 and a malloc'd *image of *len bytes (PTX: NUL-terminated
+** text), or -1 with *log (malloc'd, may be NULL) holding NVRTC's full log
+** or the reason NVRTC could not run. On success *log gets any warnings. */
+int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
+                        char **image, size_t *len, char **log);
+
+/* The text the cache key of a CUDA kernel hashes besides the IR: backend,
+** NVRTC version, options and arch, and the renderer's version
+** ("cuda nvrtc 13.0 sm_90 render 1 -fmad=false ..."). Into buf; returns
+** buf. */
+#define JCUDA_RENDER_VERSION 1
+const char *jcuda_key_text(const char *arch, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,585 @@
+/*
+** render.c -- kernel IR -> CUDA C. One local per IR instruction, each
+** primitive with expr.h's exact semantics for its dtype, casts with
+** eager_convert's rules, the transcendentals as calls into approx.h (whose
+** text the source embeds: the one definition eager C and libgccjit follow
+** too), and reductions in the canonical order.
+**
+** Shape of the generated code (static kernels bake sizes and strides in as
+** constants; dynamic ones read them from `dims` at entry):
+**   MAP   for p in [lo, hi), grid-stride: coordinates of p, one offset per
+**         buffer, the instructions the passes need, the stores.
+**   ROWS  for row r in [lo, hi), a block per row (grid-stride over rows);
+**         passes in order, each ending in a barrier:
+**         REDUCE  the canonical order, computed by the block: in rounds of
+**                 blockDim/16 chunks, thread t folds lane t % 16 of chunk
+**                 t / 16 (positions l, l + 16, ... of the chunk, in
+**                 order); lanes combined by halving in shared memory; the
+**                 round's chunk partials combined pairwise by levels (an
+**                 odd last one carried up), which is the canonical tree's
+**                 node for that aligned block of chunks; thread 0 combines
+**                 round nodes on a binary-counter stack (as the CPU
+**                 backend combines chunks) and broadcasts the row value.
+**         STORE   positions strided by blockDim; STORE_ROW thread 0.
+** No result depends on the grid or block size: the order of every
+** combine is fixed by the chunk and lane structure alone.
+*/
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit_cuda.h"
+#include "../tensor/approx.h"   /* APPROX_FMA: the host build's choice */
+
+/* approx.h's text (embed.py, at build time). */
+extern const char jcuda_approx_text[];
+
+/* The canonical reduction order (eager/reduce.c, NUMERICS.md). Stated here
+** rather than included: the backend sees only the IR and the ground floor;
+** tests/jit_cuda checks them against EAGER_CHUNK and EAGER_LANES. */
+#define CHUNK 4096
+#define LANES 16
+
+/* The prelude: NVRTC gets CUDA's spellings and the libc names approx.h
+** uses; a host build (tests/jit_cuda/shim.h) defines TCK_KERNEL first. */
+static const char prelude[] =
+  "#if defined(__CUDACC_RTC__)\n"
+  "#pragma nv_diag_suppress 177 /* approx.h functions a kernel leaves unused */\n"
+  "typedef signed char int8_t;\n"
+  "typedef unsigned char uint8_t;\n"
+  "typedef int int32_t;\n"
+  "typedef unsigned int uint32_t;\n"
+  "typedef long long int64_t;\n"
+  "typedef unsigned long long uint64_t;\n"
+  "#define INFINITY __int_as_float(0x7f800000)\n"
+  "#define NAN __int_as_float(0x7fc00000)\n"
+  "#define __builtin_fmaf fmaf\n"
+  "#define __builtin_fma fma\n"
+  "#define TCK_KERNEL extern \"C\" __global__ void\n"
+  "#define TCK_SHARED __shared__\n"
+  "#define TCK_SYNC() __syncthreads()\n"
+  "#elif !defined(TCK_KERNEL)\n"
+  "#error \"compile with NVRTC, or with a host shim that defines TCK_KERNEL\"\n"
+  "#endif\n";
+
+static const char *const ctype[TC_DTYPE__MAX] = {
+  [TC_F32] = "float", [TC_F64] = "double", [TC_I32] = "int32_t",
+  [TC_I64] = "int64_t", [TC_BOOL] = "uint8_t",
+};
+
+static bool is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
+
+typedef struct {
+  FILE *f;
+  const kir_kernel *k;
+  const char *where;        /* offset expression context, see load_at */
+  bool bad;
+  char why[160];
+} rd;
+
+static void fail(rd *r, const char *fmt, int i, int dt)
+{
+  if (r->bad)
+    return;
+  r->bad = true;
+  snprintf(r->why, sizeof r->why, fmt, i, tc_dtype_name((tc_dtype)dt));
+}
+
+/* -- Constants -------------------------------------------------------------- */
+
+/* (T)(v) as a literal, saturating as the CPU backend's konst does. */
+static void konst(rd *r, char *out, size_t n, int dt, double v)
+{
+  (void)r;
+  switch (dt) {
+  case TC_F32: {
+    float x = (float)v;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (isfinite(x))
+      snprintf(out, n, "%af", (double)x);
+    else
+      snprintf(out, n, "approx_from_bits_f32(0x%08" PRIx32 "u)", u);
+    return;
+  }
+  case TC_F64: {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    if (isfinite(v))
+      snprintf(out, n, "%a", v);
+    else
+      snprintf(out, n, "approx_from_bits_f64(0x%016" PRIx64 "ull)", u);
+    return;
+  }
+  case TC_BOOL:
+    snprintf(out, n, "(uint8_t)%d", v != v ? 0 : v >= 0 && v < 256.0
+                                     ? (int)(uint8_t)v : v != 0);
+    return;
+  case TC_I32: {
+    int64_t x = v != v ? 0 : v <= INT32_MIN ? INT32_MIN
+                : v >= INT32_MAX ? INT32_MAX : (int64_t)(int32_t)v;
+    snprintf(out, n, "(int32_t)(%" PRId64 "ll)", x);
+    return;
+  }
+  default: {
+    int64_t x = v != v ? 0 : v <= (double)INT64_MIN ? INT64_MIN
+                : v >= (double)INT64_MAX ? INT64_MAX : (int64_t)v;
+    if (x == INT64_MIN)
+      snprintf(out, n, "(int64_t)(-9223372036854775807ll - 1)");
+    else
+      snprintf(out, n, "(int64_t)(%" PRId64 "ll)", x);
+    return;
+  }
+  }
+}
+
+/* The identity of reduction red in dtype dt. */
+static void identity(rd *r, char *out, size_t n, int red, int dt)
+{
+  bool max = red == KIR_RED_MAX;
+  if (red == KIR_RED_SUM)
+    konst(r, out, n, dt, 0.0);
+  else if (is_float(dt))
+    konst(r, out, n, dt, max ? -(double)INFINITY : (double)INFINITY);
+  else if (dt == TC_BOOL)
+    konst(r, out, n, dt, max ? 0 : 1);
+  else if (dt == TC_I32)
+    konst(r, out, n, dt, max ? INT32_MIN : INT32_MAX);
+  else
+    snprintf(out, n, max ? "(int64_t)(-9223372036854775807ll - 1)"
+                         : "(int64_t)9223372036854775807ll");
+}
+
+/* -- Primitives ---------------------------------------------------------------- */
+
+/* Integer add/sub/mul wrap: computed on the unsigned type (expr.h TC_WRAP). */
+static void wrap(rd *r, int dt, const char *op, const char *a, const char *b)
+{
+  if (dt == TC_I32)
+    fprintf(r->f, "(int32_t)((uint32_t)%s %s (uint32_t)%s)", a, op, b);
+  else if (dt == TC_I64)
+    fprintf(r->f, "(int64_t)((uint64_t)%s %s (uint64_t)%s)", a, op, b);
+  else
+    fprintf(r->f, "(%s)(%s %s %s)", ctype[dt], a, op, b);
+}
+
+static void negate(rd *r, int dt, const char *a)
+{
+  if (dt == TC_I32)
+    fprintf(r->f, "(int32_t)(0u - (uint32_t)%s)", a);
+  else if (dt == TC_I64)
+    fprintf(r->f, "(int64_t)(0ull - (uint64_t)%s)", a);
+  else
+    fprintf(r->f, "(%s)(-%s)", ctype[dt], a);
+}
+
+/* (x > y || x != x) ? x : y and its mirror: NaN propagates (expr.h). */
+static void maxmin(rd *r, bool max, const char *x, const char *y)
+{
+  fprintf(r->f, "((%s %s %s || %s != %s) ? %s : %s)", x, max ? ">" : "<", y,
+          x, x, x, y);
+}
+
+static void combine(rd *r, int red, int dt, const char *x, const char *y)
+{
+  if (red == KIR_RED_SUM)
+    wrap(r, dt, "+", x, y);
+  else
+    maxmin(r, red == KIR_RED_MAX, x, y);
+}
+
+/* eager_convert's rules: float -> int saturates with NaN -> 0; anything ->
+** bool is x != 0; int narrowing truncates; the rest are C conversions. */
+static void convert(rd *r, const char *x, int from, int to)
+{
+  FILE *f = r->f;
+  if (from == to) {
+    fputs(x, f);
+  } else if (to == TC_BOOL) {
+    fprintf(f, "(uint8_t)(%s != 0)", x);
+  } else if (is_float(to) || !is_float(from)) {
+    if (from == TC_I64 && to == TC_I32)
+      fprintf(f, "(int32_t)(uint32_t)%s", x);
+    else
+      fprintf(f, "(%s)%s", ctype[to], x);
+  } else {
+    const char *ft = ctype[from], *it = ctype[to];
+    const char *lo = to == TC_I32 ? "(-2147483647 - 1)"
+                                  : "(-9223372036854775807ll - 1)";
+    const char *hi = to == TC_I32 ? "2147483647" : "9223372036854775807ll";
+    fprintf(f, "(%s != %s ? (%s)0 : %s <= (%s)%s ? (%s)%s : %s >= (%s)%s ? "
+            "(%s)%s : (%s)%s)", x, x, it, x, ft, lo, it, lo, x, ft, hi, it,
+            hi, it, x);
+  }
+}
+
+/* -- Instructions ---------------------------------------------------------------- */
+
+static void load_at(rd *r, int b);
+
+static const char *const approx_name[KOP__MAX] = {
+  [KOP_EXP] = "exp", [KOP_LOG] = "log", [KOP_TANH] = "tanh",
+  [KOP_SIGMOID] = "sigmoid", [KOP_SIN] = "sin", [KOP_COS] = "cos",
+  [KOP_POW] = "pow", [KOP_GELU] = "gelu",
+};
+
+static const uint8_t arity[KOP__MAX] = {
+#define X(n, a) [KOP_##n] = a,
+  KIR_PRIMS(X)
+#undef X
+  [KOP_CAST] = 1,
+};
+
+/* The expression of instruction i over its operands v<arg>. */
+static void instr_expr(rd *r, int i)
+{
+  const kir_instr *in = &r->k->ins[i];
+  int dt = in->dtype;
+  FILE *f = r->f;
+  char a[24] = "", b[24] = "", c[24] = "";
+  int n = arity[in->op];
+  if (n > 0) snprintf(a, sizeof a, "v%d", in->arg[0]);
+  if (n > 1) snprintf(b, sizeof b, "v%d", in->arg[1]);
+  if (n > 2) snprintf(c, sizeof c, "v%d", in->arg[2]);
+  int da = n > 0 ? r->k->ins[in->arg[0]].dtype : dt;
+  const char *sfx = dt == TC_F32 ? "f" : "";
+  switch (in->op) {
+  case KOP_ADD: wrap(r, dt, "+", a, b); return;
+  case KOP_SUB: wrap(r, dt, "-", a, b); return;
+  case KOP_MUL: wrap(r, dt, "*", a, b); return;
+  case KOP_DIV:
+    if (!is_float(dt))
+      fail(r, "%%%d: DIV of %s", i, dt);
+    fprintf(f, "%s / %s", a, b);
+    return;
+  case KOP_NEG: negate(r, dt, a); return;
+  case KOP_ABS:
+    if (is_float(dt))
+      fprintf(f, "fabs%s(%s)", sfx, a);
+    else if (dt == TC_BOOL)
+      fputs(a, f);
+    else {
+      fprintf(f, "(%s < 0 ? ", a);
+      negate(r, dt, a);
+      fprintf(f, " : %s)", a);
+    }
+    return;
+  case KOP_EQ: case KOP_NE: case KOP_LT: case KOP_LE: case KOP_GT:
+  case KOP_GE: {
+    static const char *const op[] = { "==", "!=", "<", "<=", ">", ">=" };
+    fprintf(f, "(%s)(%s %s %s)", ctype[dt], a, op[in->op - KOP_EQ], b);
+    return;
+  }
+  case KOP_MAXIMUM: maxmin(r, true, a, b); return;
+  case KOP_MINIMUM: maxmin(r, false, a, b); return;
+  case KOP_SEL: fprintf(f, "(%s != 0 ? %s : %s)", a, b, c); return;
+  case KOP_SQRT:
+    if (!is_float(dt))
+      fail(r, "%%%d: SQRT of %s", i, dt);
+    fprintf(f, "sqrt%s(%s)", sfx, a);
+    return;
+  case KOP_FLOOR: case KOP_CEIL: case KOP_ROUND: case KOP_TRUNC: {
+    /* exact operations: any correct implementation gives expr.h's bits */
+    static const char *const fn[] = { "floor", "ceil", "nearbyint",
+                                      "trunc" };
+    if (is_float(dt))
+      fprintf(f, "%s%s(%s)", fn[in->op - KOP_FLOOR], sfx, a);
+    else
+      fputs(a, f);   /* an integer is integral already */
+    return;
+  }
+  case KOP_EXP: case KOP_LOG: case KOP_TANH: case KOP_SIGMOID:
+  case KOP_SIN: case KOP_COS: case KOP_POW: case KOP_GELU:
+    if (!is_float(dt))
+      fail(r, "%%%d: transcendental of %s", i, dt);
+    fprintf(f, "approx_%s_f%s(%s%s%s)", approx_name[in->op],
+            dt == TC_F32 ? "32" : "64", a, n > 1 ? ", " : "", b);
+    return;
+  case KOP_CONST: {
+    char lit[64];
+    konst(r, lit, sizeof lit, dt, in->cval);
+    fputs(lit, f);
+    return;
+  }
+  case KOP_SCALAR: fprintf(f, "(%s)scalars[%d]", ctype[dt], in->ref); return;
+  case KOP_LOAD: load_at(r, in->ref); return;
+  case KOP_ROWVAR: fprintf(f, "rv%d", in->ref); return;
+  case KOP_CAST: convert(r, a, da, dt); return;
+  }
+  fail(r, "%%%d: opcode %s", i, TC_F32);
+}
+
+/* Element of buffer b at the current position: MAP "o<b>", a row position
+** "rb<b> + pos * s<b>_<rowax>", once per row "rb<b>". */
+static void load_at(rd *r, int b)
+{
+  fprintf(r->f, "b%d[", b);
+  if (strcmp(r->where, "map") == 0)
+    fprintf(r->f, "o%d]", b);
+  else if (strcmp(r->where, "pos") == 0)
+    fprintf(r->f, "rb%d + pos * s%d_%d]", b, b, r->k->ndim);
+  else
+    fprintf(r->f, "rb%d]", b);
+}
+
+/* Mark the instructions value v needs. */
+static void closure(const kir_kernel *k, int v, uint8_t *mark)
+{
+  mark[v] = 1;
+  for (int i = v; i >= 0; i--)
+    if (mark[i])
+      for (int a = 0; a < arity[k->ins[i].op]; a++)
+        mark[k->ins[i].arg[a]] = 1;
+}
+
+/* Locals for every instruction the values vals[0..n) need, in index
+** (operand-first) order. */
+static void emit_values(rd *r, const int *vals, int n, const char *indent)
+{
+  uint8_t *mark = calloc((size_t)r->k->ninstrs, 1);
+  if (!mark) {
+    r->bad = true;
+    snprintf(r->why, sizeof r->why, "out of memory");
+    return;
+  }
+  for (int q = 0; q < n; q++)
+    closure(r->k, vals[q], mark);
+  for (int i = 0; i < r->k->ninstrs; i++) {
+    if (!mark[i])
+      continue;
+    fprintf(r->f, "%sconst %s v%d = ", indent, ctype[r->k->ins[i].dtype], i);
+    instr_expr(r, i);
+    fputs(";\n", r->f);
+  }
+  free(mark);
+}
+
+/* buf[out] at the current position = v converted to the buffer's dtype. */
+static void emit_store(rd *r, int out, int v, const char *indent)
+{
+  fprintf(r->f, "%s", indent);
+  load_at(r, out);
+  fputs(" = ", r->f);
+  char name[24];
+  snprintf(name, sizeof name, "v%d", v);
+  convert(r, name, r->k->ins[v].dtype, r->k->buf[out].dtype);
+  fputs(";\n", r->f);
+}
+
+/* -- The function -------------------------------------------------------------- */
+
+/* Sizes, strides and typed bases at entry. */
+static void emit_setup(rd *r)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  int rowax = k->ndim;
+  for (int d = 0; d < k->ndim; d++)
+    if (k->dynamic)
+      fprintf(f, "  const int64_t n%d = dims[%d]; (void)n%d;\n", d, d, d);
+    else
+      fprintf(f, "  const int64_t n%d = %" PRId64 "; (void)n%d;\n", d,
+              k->size[d], d);
+  if (k->dynamic)
+    fprintf(f, "  const int64_t rowlen = dims[%d];\n", rowax);
+  else
+    fprintf(f, "  const int64_t rowlen = %" PRId64 ";\n", k->row_len);
+  for (int b = 0; b < k->nbufs; b++) {
+    fprintf(f, "  %s *const b%d = (%s *)bufs[%d];\n", ctype[k->buf[b].dtype],
+            b, ctype[k->buf[b].dtype], b);
+    for (int d = 0; d <= rowax; d++)
+      if (k->dynamic)
+        fprintf(f, "  const int64_t s%d_%d = dims[%d]; (void)s%d_%d;\n", b,
+                d, rowax + 1 + b * (rowax + 1) + d, b, d);
+      else
+        fprintf(f, "  const int64_t s%d_%d = %" PRId64 "; (void)s%d_%d;\n",
+                b, d, k->buf[b].stride[d], b, d);
+  }
+  fputs("  (void)rowlen; (void)scalars; (void)dims;\n", f);
+}
+
+/* Coordinates of flat unit `u` over the outer dims, then each buffer's
+** offset `<prefix><b>`. */
+static void emit_offsets(rd *r, const char *u, const char *prefix)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  if (k->ndim > 0)
+    fprintf(f, "    int64_t rem = %s;\n", u);
+  for (int d = k->ndim - 1; d >= 0; d--) {
+    if (d > 0)
+      fprintf(f, "    const int64_t i%d = rem %% n%d; rem /= n%d;\n", d, d, d);
+    else
+      fprintf(f, "    const int64_t i0 = rem;\n");
+  }
+  for (int b = 0; b < k->nbufs; b++) {
+    fprintf(f, "    const int64_t %s%d = 0", prefix, b);
+    for (int d = 0; d < k->ndim; d++)
+      fprintf(f, " + i%d * s%d_%d", d, b, d);
+    fprintf(f, "; (void)%s%d;\n", prefix, b);
+  }
+}
+
+static void emit_map(rd *r)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  fputs("  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+        "  for (int64_t p = lo + (int64_t)blockIdx.x * blockDim.x + "
+        "threadIdx.x; p < hi; p += step) {\n", f);
+  emit_offsets(r, "p", "o");
+  r->where = "map";
+  int vals[KIR_MAX_PASSES];
+  for (int p = 0; p < k->npasses; p++)
+    vals[p] = k->pass[p].value;
+  emit_values(r, vals, k->npasses, "    ");
+  for (int p = 0; p < k->npasses; p++)
+    emit_store(r, k->pass[p].out, k->pass[p].value, "    ");
+  fputs("  }\n", f);
+}
+
+/* One REDUCE pass: rv<p> = the row's fold in the canonical order. */
+static void emit_reduce(rd *r, int p)
+{
+  const kir_pass *ps = &r->k->pass[p];
+  FILE *f = r->f;
+  int dt = r->k->ins[ps->value].dtype;
+  const char *T = ctype[dt];
+  char id[64];
+  identity(r, id, sizeof id, ps->red, dt);
+  fprintf(f, "    %s rv%d;\n    {\n", T, p);
+  fprintf(f, "      %s *const sm = (%s *)tck_smem;\n", T, T);
+  fprintf(f, "      %s stk[64];\n      int sp = 0;\n", T);
+  fprintf(f, "      for (int64_t cb = 0, rnd = 0; cb < nch; cb += cpb, "
+          "rnd++) {\n");
+  fprintf(f, "        const int64_t c = cb + tid / %d, l = tid %% %d;\n",
+          LANES, LANES);
+  fprintf(f, "        %s acc = %s;\n", T, id);
+  fprintf(f, "        if (c < nch) {\n"
+          "          const int64_t cs = c * %d;\n"
+          "          const int64_t len = rowlen - cs < %d ? rowlen - cs : %d;\n"
+          "          for (int64_t j = l; j < len; j += %d) {\n"
+          "            const int64_t pos = cs + j;\n", CHUNK, CHUNK, CHUNK,
+          LANES);
+  r->where = "pos";
+  emit_values(r, &ps->value, 1, "            ");
+  if (ps->out >= 0)   /* a storing reduction keeps its values */
+    emit_store(r, ps->out, ps->value, "            ");
+  char v[24];
+  snprintf(v, sizeof v, "v%d", ps->value);
+  fputs("            acc = ", f);
+  combine(r, ps->red, dt, "acc", v);
+  fputs(";\n          }\n        }\n", f);
+  fputs("        sm[tid] = acc;\n        TCK_SYNC();\n", f);
+  fprintf(f, "        for (int w = %d; w >= 1; w /= 2) {\n"
+          "          if (l < w) sm[tid] = ", LANES / 2);
+  combine(r, ps->red, dt, "sm[tid]", "sm[tid + w]");
+  fputs(";\n          TCK_SYNC();\n        }\n", f);
+  /* the round's chunk partials (slots 16 c) pairwise by levels */
+  fprintf(f, "        int64_t m = nch - cb < cpb ? nch - cb : cpb;\n"
+          "        while (m > 1) {\n"
+          "          const int64_t half = m / 2;\n"
+          "          const int64_t odd = m & 1;\n"
+          "          %s x = %s;\n"
+          "          if (tid < half) x = ", T, id);
+  combine(r, ps->red, dt, "sm[2 * tid * 16]", "sm[(2 * tid + 1) * 16]");
+  fputs(";\n"
+        "          else if (tid == half && odd) x = sm[(m - 1) * 16];\n"
+        "          TCK_SYNC();\n"
+        "          if (tid < half || (tid == half && odd)) sm[tid * 16] = x;\n"
+        "          TCK_SYNC();\n"
+        "          m = half + odd;\n"
+        "        }\n", f);
+  /* thread 0: the round's node onto the binary-counter stack */
+  fprintf(f, "        if (tid == 0) {\n"
+          "          %s x = sm[0];\n"
+          "          for (int64_t t = rnd; t & 1; t >>= 1) {\n"
+          "            const %s top = stk[--sp];\n"
+          "            x = ", T, T);
+  combine(r, ps->red, dt, "top", "x");
+  fputs(";\n          }\n          stk[sp++] = x;\n        }\n"
+        "        TCK_SYNC();\n      }\n", f);
+  fprintf(f, "      if (tid == 0) {\n"
+          "        %s x = stk[sp - 1];\n"
+          "        for (int q = sp - 2; q >= 0; q--) x = ", T);
+  combine(r, ps->red, dt, "stk[q]", "x");
+  fputs(";\n        sm[0] = x;\n      }\n      TCK_SYNC();\n", f);
+  fprintf(f, "      rv%d = sm[0];\n      TCK_SYNC();\n    }\n", p);
+}
+
+static void emit_rows(rd *r)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  fprintf(f, "  TCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
+  fprintf(f, "  const int64_t tid = threadIdx.x, nthr = blockDim.x;\n"
+          "  const int64_t nch = rowlen > 0 ? (rowlen + %d) / %d : 1;\n"
+          "  const int64_t cpb = nthr / %d;\n"
+          "  (void)nch; (void)cpb;\n", CHUNK - 1, CHUNK, LANES);
+  fputs("  for (int64_t row = lo + blockIdx.x; row < hi; row += gridDim.x) {\n",
+        f);
+  emit_offsets(r, "row", "rb");
+  for (int p = 0; p < k->npasses;) {
+    const kir_pass *ps = &k->pass[p];
+    if (ps->kind == KIR_PASS_REDUCE) {
+      emit_reduce(r, p);
+      p++;
+    } else if (ps->kind == KIR_PASS_STORE_ROW) {
+      r->where = "row";
+      fputs("    if (tid == 0) {\n", f);
+      emit_values(r, &ps->value, 1, "      ");
+      emit_store(r, ps->out, ps->value, "      ");
+      fputs("    }\n    TCK_SYNC();\n", f);
+      p++;
+    } else {   /* consecutive STORE passes share one loop */
+      int q = p, vals[KIR_MAX_PASSES], n = 0;
+      while (q < k->npasses && k->pass[q].kind == KIR_PASS_STORE)
+        vals[n++] = k->pass[q++].value;
+      r->where = "pos";
+      fputs("    for (int64_t pos = tid; pos < rowlen; pos += nthr) {\n", f);
+      emit_values(r, vals, n, "      ");
+      for (int s = p; s < q; s++)
+        emit_store(r, k->pass[s].out, k->pass[s].value, "      ");
+      fputs("    }\n    TCK_SYNC();\n", f);
+      p = q;
+    }
+  }
+  fputs("  }\n", f);
+}
+
+char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
+{
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) {
+    if (reason)
+      snprintf(reason, rlen, "out of memory");
+    return NULL;
+  }
+  rd r = { .f = f, .k = k, .where = "map" };
+  fprintf(f, "/* tc kernel: CUDA C rendered from the kernel IR "
+          "(src/jit_cuda/render.c, version %d) */\n", JCUDA_RENDER_VERSION);
+  fputs(prelude, f);
+  /* the host build's choice, so multiply-adds fuse exactly where eager's
+  ** do (approx.h) */
+  fprintf(f, "#define APPROX_FMA %d\n", APPROX_FMA);
+  fputs(jcuda_approx_text, f);
+  fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
+        "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);
+  emit_setup(&r);
+  if (k->kind == KIR_MAP)
+    emit_map(&r);
+  else
+    emit_rows(&r);
+  fputs("}\n", f);
+  if (fclose(f) != 0 || r.bad) {
+    if (reason)
+      snprintf(reason, rlen, "%s", r.bad ? r.why : "out of memory");
+    free(text);
+    return NULL;
+  }
+  return text;
+}

@@ -1,0 +1,54 @@
+/*
+** hostexec.h -- checking the CUDA backend without a GPU.
+**
+** hx_run: render a kernel as CUDA C (jcuda_render), compile that text with
+** gcc and shim.h into a shared object (cached by source text), and run it
+** on the host: blocks one after another, each block's threads as fibers
+** that meet at every barrier. So the exact text NVRTC would compile
+** computes on real buffers, and tests compare it with eager bit for bit.
+**
+** hx_nvrtc: compile the text with NVRTC for compute_90 (PTX, then ptxas
+** for sm_90 when ptxas is found) and for sm_90 (cubin).
+**
+** Linked into a test, the constructor reads TC_TEST_CUDA (a comma list):
+**   host      every compiled kernel's launch runs through hx_run
+**             (trace_launch_hook) instead of the CPU backend;
+**   host:N    the first N launches of each distinct kernel (the rest run
+**             on the CPU backend, so a test that loops stays fast)
+**   nvrtc     every distinct kernel is also compiled by NVRTC (+ ptxas);
+**   nvrtc:N   every Nth distinct kernel (a sample)
+**   dump=DIR  write each distinct kernel's IR and CUDA C to DIR
+**             (kernel-N.ir, kernel-N.cu), to read or to feed nvcc
+** and at exit prints one summary line; it exits 1 if any kernel failed to
+** render, compile or run, or if "host" was asked and kernels were compiled
+** but none ran through it.
+*/
+#ifndef TC_HOSTEXEC_H
+#define TC_HOSTEXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../src/fuse/kir.h"
+
+/* Grid and block for a host launch: the results must not depend on them. */
+typedef struct {
+  unsigned grid, block;
+} hx_config;
+
+/* Run kernel k's units [lo, hi) as its CUDA C would run on a device with
+** launch configuration cfg. 0, or -1 with a reason. */
+int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
+           const int64_t *dims, int64_t lo, int64_t hi, hx_config cfg,
+           char *why, size_t wlen);
+
+/* Compile k's CUDA C with NVRTC (PTX and cubin for sm_90) and ptxas. 0, 1
+** when NVRTC is absent (skipped), or -1 with a reason (the full log goes to
+** stderr). */
+int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen);
+
+/* Is ptxas available (for the summary)? */
+bool hx_have_ptxas(void);
+
+#endif

@@ -1,0 +1,505 @@
+/*
+** test_cuda.c -- the CUDA backend without a GPU: device probing and its
+** errors, and hand-built kernels whose CUDA C runs on the host (hostexec.h)
+** under several launch configurations, each result checked against an
+** independent reference: approx.h's functions called directly, eager's
+** canonical sums (eager_sum_f32/f64, eager_max_f32), and values worked out
+** by hand. NVRTC (+ ptxas) must accept every kernel here when present.
+*/
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hostexec.h"
+#include "../../include/tc.h"
+#include "../../src/eager/eager.h"
+#include "../../src/jit_cuda/jit_cuda.h"
+#include "../../src/tensor/approx.h"
+
+static const hx_config configs[] = {
+  { 1, 16 }, { 2, 32 }, { 3, 64 }, { 1, 256 }, { 5, 1024 },
+};
+#define NCONFIGS (int)(sizeof configs / sizeof configs[0])
+
+static bool same_bits_f32(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+static bool same_bits_f64(double a, double b) { return memcmp(&a, &b, 8) == 0; }
+
+static kir_kernel *new_kernel(kir_kind kind, int ndim)
+{
+  kir_kernel *k = calloc(1, sizeof *k);
+  assert_non_null(k);
+  k->kind = (uint8_t)kind;
+  k->ndim = ndim;
+  return k;
+}
+
+static int add_buf(kir_kernel *k, kir_buf_role role, tc_dtype dt,
+                   const int64_t *strides)
+{
+  int b = k->nbufs++;
+  k->buf[b].role = (uint8_t)role;
+  k->buf[b].dtype = (uint8_t)dt;
+  for (int d = 0; d <= k->ndim; d++)
+    k->buf[b].stride[d] = strides[d];
+  return b;
+}
+
+static void add_pass(kir_kernel *k, kir_pass_kind kind, kir_red red, int out,
+                     int value)
+{
+  k->pass[k->npasses++] = (kir_pass){ (uint8_t)kind, (uint8_t)red,
+                                      (int16_t)out, value };
+}
+
+/* Run k under every configuration; before each, fill(ctx) resets the
+** outputs; after each, check(ctx) asserts them. */
+static void run_all(const kir_kernel *k, char *const *bufs,
+                    const double *scalars, const int64_t *dims,
+                    void (*fill)(void *), void (*check)(void *), void *ctx)
+{
+  int64_t units = kir_units(k);
+  for (int c = 0; c < NCONFIGS; c++) {
+    char why[200] = "";
+    fill(ctx);
+    int rc = hx_run(k, bufs, scalars, dims, 0, units, configs[c], why,
+                    sizeof why);
+    if (rc != 0)
+      fail_msg("host run (grid %u, block %u): %s", configs[c].grid,
+               configs[c].block, why);
+    check(ctx);
+  }
+}
+
+static void nvrtc_accepts(const kir_kernel *k)
+{
+  char why[200] = "";
+  int rc = hx_nvrtc(k, why, sizeof why);
+  if (rc < 0)
+    fail_msg("NVRTC: %s", why);
+}
+
+/* -- The device ------------------------------------------------------------- */
+
+static void test_no_device_is_a_clear_error(void **state)
+{
+  (void)state;
+  if (tc_cuda_available())
+    skip();   /* a machine with a GPU: nothing to check here */
+  const char *why = jcuda_device_reason();
+  assert_non_null(why);
+  tc_tensor *t = tc_zeros(TC_F32, TC_SHAPE(2, 3));
+  assert_null(tc_to(t, "cuda"));
+  const char *msg = tc_last_error();
+  assert_non_null(msg);
+  char want[400];
+  snprintf(want, sizeof want, "tc_to: CUDA is not available: %s", why);
+  assert_string_equal(msg, want);
+  /* the reason names what is missing */
+  assert_true(strstr(why, "driver") || strstr(why, "device"));
+  /* CPU work is unaffected */
+  tc_tensor *u = tc_to(t, "cpu");
+  assert_non_null(u);
+  tc_release(u);
+  tc_release(t);
+}
+
+/* The toolkit's stub libcuda.so (for linking only) found as libcuda.so.1:
+** "no device", saying so. Run in a child whose loader path holds it. */
+#define STUB_LIB "/usr/local/cuda/lib64/stubs/libcuda.so"
+
+static void test_stub_library_is_no_device(void **state)
+{
+  (void)state;
+  if (access(STUB_LIB, R_OK) != 0)
+    skip();
+  char dir[] = "/tmp/tc-cuda-stub-XXXXXX", link[64], self[512], cmd[1200];
+  assert_non_null(mkdtemp(dir));
+  snprintf(link, sizeof link, "%s/libcuda.so.1", dir);
+  assert_int_equal(symlink(STUB_LIB, link), 0);
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  assert_true(n > 0);
+  self[n] = 0;
+  snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH='%s' '%s' --probe", dir, self);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char line[400] = "";
+  char *got = fgets(line, sizeof line, p);
+  int rc = pclose(p);
+  unlink(link);
+  rmdir(dir);
+  assert_non_null(got);
+  assert_int_equal(rc, 0);
+  assert_string_equal(line, "unavailable: the CUDA driver is the toolkit's "
+                            "stub library (no NVIDIA driver installed)\n");
+}
+
+/* -- MAP: pointwise math, broadcasting, scalars, dynamic shapes ------------- */
+
+typedef struct {
+  float a[6][7], b[7], out[6][7];
+  double s;
+} map_case;
+
+static void map_fill(void *p)
+{
+  map_case *m = p;
+  memset(m->out, 0xff, sizeof m->out);
+}
+
+static void map_check(void *p)
+{
+  map_case *m = p;
+  for (int i = 0; i < 6; i++)
+    for (int j = 0; j < 7; j++) {
+      float e = approx_exp_f32(m->a[i][j]) * m->b[j];
+      float want = approx_tanh_f32(e + (float)m->s);
+      if (!same_bits_f32(m->out[i][j], want))
+        fail_msg("[%d][%d]: %a, want %a", i, j, (double)m->out[i][j],
+                 (double)want);
+    }
+}
+
+/* out = tanh(exp(a) * b + s), b broadcast along rows */
+static kir_kernel *map_kernel(bool dynamic)
+{
+  kir_kernel *k = new_kernel(KIR_MAP, 2);
+  k->dynamic = dynamic;
+  k->size[0] = 6;
+  k->size[1] = 7;
+  add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 7, 1, 0 });
+  add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 0, 1, 0 });
+  add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ 7, 1, 0 });
+  k->nscalars = 1;
+  int a = kir_load(k, 0), b = kir_load(k, 1);
+  int e = kir_emit(k, KOP_EXP, TC_F32, a, -1, -1);
+  int m = kir_emit(k, KOP_MUL, TC_F32, e, b, -1);
+  int s = kir_scalar(k, TC_F32, 0);
+  int t = kir_emit(k, KOP_TANH, TC_F32, kir_emit(k, KOP_ADD, TC_F32, m, s,
+                                                 -1), -1, -1);
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 2, t);
+  return k;
+}
+
+static void test_map_matches_approx(void **state)
+{
+  (void)state;
+  map_case m;
+  for (int i = 0; i < 6; i++)
+    for (int j = 0; j < 7; j++)
+      m.a[i][j] = (float)(i * 7 + j) * 0.173f - 3.9f;
+  for (int j = 0; j < 7; j++)
+    m.b[j] = 0.5f - (float)j * 0.31f;
+  m.s = 0.1;
+  for (int dyn = 0; dyn < 2; dyn++) {
+    kir_kernel *k = map_kernel(dyn);
+    int64_t dims[32];
+    assert_true(kir_dyn_len(k) <= 32);
+    kir_dyn_fill(k, dims);
+    char *bufs[] = { (char *)m.a, (char *)m.b, (char *)m.out };
+    run_all(k, bufs, &m.s, dyn ? dims : NULL, map_fill, map_check, &m);
+    nvrtc_accepts(k);
+    free(k);
+  }
+}
+
+/* -- Integer semantics: wrap-around, saturating casts ------------------------ */
+
+typedef struct {
+  float f[8];
+  int32_t x[8], cast[8], sum[8];
+  uint8_t nz[8];
+} int_case;
+
+static void int_fill(void *p)
+{
+  int_case *c = p;
+  memset(c->cast, 0x55, sizeof c->cast);
+  memset(c->sum, 0x55, sizeof c->sum);
+  memset(c->nz, 0x55, sizeof c->nz);
+}
+
+static void int_check(void *p)
+{
+  int_case *c = p;
+  /* eager_convert's rules, worked out by hand */
+  static const int32_t want_cast[8] = {
+    0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, -2, 2, 0,
+  };
+  static const uint8_t want_nz[8] = { 1, 1, 1, 1, 1, 1, 1, 0 };
+  for (int i = 0; i < 8; i++) {
+    assert_int_equal(c->cast[i], want_cast[i]);
+    assert_int_equal(c->nz[i], want_nz[i]);
+    /* x + 1 wraps (two's complement), as PyTorch's integers do */
+    int32_t want = (int32_t)((uint32_t)c->x[i] + 1u);
+    assert_int_equal(c->sum[i], want);
+  }
+}
+
+static void test_integer_semantics(void **state)
+{
+  (void)state;
+  int_case c = {
+    .f = { NAN, INFINITY, -INFINITY, 3e9f, -3e9f, -2.5f, 2.75f, 0.0f },
+    .x = { INT32_MAX, -1, 0, 5, INT32_MIN, 7, -8, 100 },
+  };
+  kir_kernel *k = new_kernel(KIR_MAP, 1);
+  k->size[0] = 8;
+  add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 1, 0 });
+  add_buf(k, KIR_IN, TC_I32, (int64_t[]){ 1, 0 });
+  add_buf(k, KIR_OUT, TC_I32, (int64_t[]){ 1, 0 });
+  add_buf(k, KIR_OUT, TC_I32, (int64_t[]){ 1, 0 });
+  add_buf(k, KIR_OUT, TC_BOOL, (int64_t[]){ 1, 0 });
+  int f = kir_load(k, 0), x = kir_load(k, 1);
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 2, kir_cast(k, TC_I32, f));
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 3,
+           kir_emit(k, KOP_ADD, TC_I32, x, kir_const(k, TC_I32, 1), -1));
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 4, f);   /* f32 -> bool */
+  char *bufs[] = { (char *)c.f, (char *)c.x, (char *)c.cast, (char *)c.sum,
+                   (char *)c.nz };
+  run_all(k, bufs, NULL, NULL, int_fill, int_check, &c);
+  nvrtc_accepts(k);
+  free(k);
+}
+
+/* -- ROWS: the canonical reduction order ------------------------------------ */
+
+/* Row lengths around the chunk and round boundaries: empty, one lane, one
+** chunk, one past it, an odd number of chunks, more chunks than any block
+** has rounds for. */
+static const int64_t row_lens[] = { 0, 1, 17, 4096, 4097, 3 * 4096 + 5,
+                                    9 * 4096 + 3, 37 * 4096 + 1 };
+#define NROWLENS (int)(sizeof row_lens / sizeof row_lens[0])
+
+typedef struct {
+  int64_t n;
+  float *x;
+  double *xd;
+  float sum, max, *soft;
+  double sumd;
+} row_case;
+
+static void row_fill(void *p)
+{
+  row_case *r = p;
+  r->sum = r->max = -1.0f;
+  r->sumd = -1.0;
+  for (int64_t i = 0; i < r->n; i++)
+    r->soft[i] = -1.0f;
+}
+
+static void row_check(void *p)
+{
+  row_case *r = p;
+  float want = eager_sum_f32(r->x, r->n);
+  float wmax = eager_max_f32(r->x, r->n);
+  double wantd = eager_sum_f64(r->xd, r->n);
+  if (!same_bits_f32(r->sum, want))
+    fail_msg("n %lld: sum %a, canonical %a", (long long)r->n, (double)r->sum,
+             (double)want);
+  if (!same_bits_f32(r->max, wmax))
+    fail_msg("n %lld: max %a, canonical %a", (long long)r->n, (double)r->max,
+             (double)wmax);
+  if (!same_bits_f64(r->sumd, wantd))
+    fail_msg("n %lld: f64 sum %a, canonical %a", (long long)r->n, r->sumd,
+             wantd);
+  /* x / sum at each position: a STORE pass reading the row value */
+  for (int64_t i = 0; i < r->n; i++)
+    if (!same_bits_f32(r->soft[i], r->x[i] / want))
+      fail_msg("n %lld: [%lld] %a, want %a", (long long)r->n, (long long)i,
+               (double)r->soft[i], (double)(r->x[i] / want));
+}
+
+/* One row of n: sum, max (with a NaN-free input), f64 sum, x / sum. */
+static kir_kernel *row_kernel(int64_t n, bool dynamic)
+{
+  kir_kernel *k = new_kernel(KIR_ROWS, 0);
+  k->dynamic = dynamic;
+  k->row_len = n;
+  add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 1 });
+  add_buf(k, KIR_IN, TC_F64, (int64_t[]){ 1 });
+  add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ 0 });
+  add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ 0 });
+  add_buf(k, KIR_OUT, TC_F64, (int64_t[]){ 0 });
+  add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ 1 });
+  int x = kir_load(k, 0), xd = kir_load(k, 1);
+  add_pass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, x);
+  add_pass(k, KIR_PASS_REDUCE, KIR_RED_MAX, -1, x);
+  add_pass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, xd);
+  int s = kir_rowvar(k, 0);
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 2, s);
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 3, kir_rowvar(k, 1));
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 4, kir_rowvar(k, 2));
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 5,
+           kir_emit(k, KOP_DIV, TC_F32, kir_load(k, 0), s, -1));
+  return k;
+}
+
+static void test_rows_follow_the_canonical_order(void **state)
+{
+  (void)state;
+  for (int t = 0; t < NROWLENS; t++) {
+    row_case r = { .n = row_lens[t] };
+    size_t n = (size_t)(r.n ? r.n : 1);
+    r.x = malloc(n * sizeof *r.x);
+    r.xd = malloc(n * sizeof *r.xd);
+    r.soft = malloc(n * sizeof *r.soft);
+    assert_true(r.x && r.xd && r.soft);
+    /* values of mixed magnitude, so a different order rounds differently */
+    uint32_t seed = 12345u + (uint32_t)t;
+    for (int64_t i = 0; i < r.n; i++) {
+      seed = seed * 1664525u + 1013904223u;
+      float v = (float)(seed >> 8) / 16777216.0f - 0.3f;
+      r.x[i] = v * (i % 7 == 0 ? 1000.0f : 1.0f);
+      r.xd[i] = (double)r.x[i] * 1.0000001;
+    }
+    for (int dyn = 0; dyn < 2; dyn++) {
+      kir_kernel *k = row_kernel(r.n, dyn);
+      int64_t dims[16];
+      kir_dyn_fill(k, dims);
+      char *bufs[] = { (char *)r.x, (char *)r.xd, (char *)&r.sum,
+                       (char *)&r.max, (char *)&r.sumd, (char *)r.soft };
+      run_all(k, bufs, NULL, dyn ? dims : NULL, row_fill, row_check, &r);
+      if (t == NROWLENS - 1)
+        nvrtc_accepts(k);
+      free(k);
+    }
+    free(r.x);
+    free(r.xd);
+    free(r.soft);
+  }
+}
+
+/* Many rows with strides: row r of a transposed [rows x len] matrix. */
+typedef struct {
+  int64_t rows, len;
+  float *m, *sum;
+} rows_case;
+
+static void rows_fill(void *p)
+{
+  rows_case *c = p;
+  for (int64_t r = 0; r < c->rows; r++)
+    c->sum[r] = NAN;
+}
+
+static void rows_check(void *p)
+{
+  rows_case *c = p;
+  float *row = malloc((size_t)c->len * sizeof *row);
+  assert_non_null(row);
+  for (int64_t r = 0; r < c->rows; r++) {
+    for (int64_t j = 0; j < c->len; j++)
+      row[j] = c->m[j * c->rows + r];
+    float want = eager_sum_f32(row, c->len);
+    if (!same_bits_f32(c->sum[r], want))
+      fail_msg("row %lld: %a, canonical %a", (long long)r,
+               (double)c->sum[r], (double)want);
+  }
+  free(row);
+}
+
+static void test_rows_strided(void **state)
+{
+  (void)state;
+  rows_case c = { .rows = 5, .len = 2 * 4096 + 77 };
+  c.m = malloc((size_t)(c.rows * c.len) * sizeof *c.m);
+  c.sum = malloc((size_t)c.rows * sizeof *c.sum);
+  assert_true(c.m && c.sum);
+  for (int64_t i = 0; i < c.rows * c.len; i++)
+    c.m[i] = (float)((i * 7919) % 1000) * 0.001f + (i % 3 ? 0.0f : 100.0f);
+  kir_kernel *k = new_kernel(KIR_ROWS, 1);
+  k->size[0] = c.rows;
+  k->row_len = c.len;
+  add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 1, c.rows });
+  add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ 1, 0 });
+  add_pass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, kir_load(k, 0));
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 1, kir_rowvar(k, 0));
+  char *bufs[] = { (char *)c.m, (char *)c.sum };
+  run_all(k, bufs, NULL, NULL, rows_fill, rows_check, &c);
+  nvrtc_accepts(k);
+  free(k);
+  free(c.m);
+  free(c.sum);
+}
+
+/* -- What the renderer refuses ------------------------------------------------ */
+
+static void test_render_refuses_integer_division(void **state)
+{
+  (void)state;
+  kir_kernel *k = new_kernel(KIR_MAP, 1);
+  k->size[0] = 4;
+  add_buf(k, KIR_IN, TC_I32, (int64_t[]){ 1, 0 });
+  add_buf(k, KIR_OUT, TC_I32, (int64_t[]){ 1, 0 });
+  int x = kir_load(k, 0);
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 1,
+           kir_emit(k, KOP_DIV, TC_I32, x, x, -1));
+  char why[160] = "";
+  char *src = jcuda_render(k, why, sizeof why);
+  assert_null(src);
+  assert_non_null(strstr(why, "DIV of i32"));
+  free(k);
+}
+
+/* A failed compile hands back NVRTC's whole log, naming the line. */
+static void test_nvrtc_failure_gives_the_log(void **state)
+{
+  (void)state;
+  if (!jcuda_nvrtc_available())
+    skip();
+  char *image = NULL, *log = NULL;
+  size_t len = 0;
+  const char *bad = "extern \"C\" __global__ void f(float *x)\n"
+                    "{\n  x[0] = undeclared_name;\n}\n";
+  assert_int_equal(jcuda_nvrtc_compile(bad, "sm_90", JCUDA_CUBIN, &image,
+                                       &len, &log), -1);
+  assert_null(image);
+  assert_non_null(log);
+  assert_non_null(strstr(log, "undeclared_name"));
+  assert_non_null(strstr(log, "(3)"));   /* the line */
+  free(log);
+}
+
+/* The key names what changes the binary: NVRTC, arch, options, renderer. */
+static void test_key_text(void **state)
+{
+  (void)state;
+  char buf[512];
+  jcuda_key_text("sm_90", buf, sizeof buf);
+  assert_non_null(strstr(buf, "sm_90"));
+  assert_non_null(strstr(buf, "-fmad=false"));
+  assert_non_null(strstr(buf, jcuda_nvrtc_version()));
+  assert_non_null(strstr(buf, "render"));
+}
+
+int main(int argc, char **argv)
+{
+  if (argc == 2 && strcmp(argv[1], "--probe") == 0) {   /* the stub test */
+    const char *why = jcuda_device_reason();
+    printf("%s%s\n", why ? "unavailable: " : "available", why ? why : "");
+    return 0;
+  }
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_no_device_is_a_clear_error),
+    cmocka_unit_test(test_stub_library_is_no_device),
+    cmocka_unit_test(test_map_matches_approx),
+    cmocka_unit_test(test_integer_semantics),
+    cmocka_unit_test(test_rows_follow_the_canonical_order),
+    cmocka_unit_test(test_rows_strided),
+    cmocka_unit_test(test_render_refuses_integer_division),
+    cmocka_unit_test(test_nvrtc_failure_gives_the_log),
+    cmocka_unit_test(test_key_text),
+  };
+  if (!jcuda_nvrtc_available())
+    fprintf(stderr, "test_cuda: NVRTC checks skipped: %s\n",
+            jcuda_nvrtc_reason());
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
