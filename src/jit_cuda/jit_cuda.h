@@ -80,7 +80,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** NVRTC version, options and arch, and the renderer's version
 ** ("cuda nvrtc 13.0 sm_90 render 1 -fmad=false ..."). Into buf; returns
 ** buf. */
-#define JCUDA_RENDER_VERSION 1
+#define JCUDA_RENDER_VERSION 2
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif

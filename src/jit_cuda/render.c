@@ -32,9 +32,11 @@
 
 #include "jit_cuda.h"
 #include "../tensor/approx.h"   /* APPROX_FMA: the host build's choice */
+#include "../tensor/half.h"     /* constants rounded at render time */
 
-/* approx.h's text (embed.py, at build time). */
+/* approx.h's and half.h's text (embed.py, at build time). */
 extern const char jcuda_approx_text[];
+extern const char jcuda_half_text[];
 
 /* The canonical reduction order (eager/reduce.c, NUMERICS.md). Stated here
 ** rather than included: the backend sees only the IR and the ground floor;
@@ -49,6 +51,7 @@ static const char prelude[] =
   "#pragma nv_diag_suppress 177 /* approx.h functions a kernel leaves unused */\n"
   "typedef signed char int8_t;\n"
   "typedef unsigned char uint8_t;\n"
+  "typedef unsigned short uint16_t;\n"
   "typedef int int32_t;\n"
   "typedef unsigned int uint32_t;\n"
   "typedef long long int64_t;\n"
@@ -64,12 +67,33 @@ static const char prelude[] =
   "#error \"compile with NVRTC, or with a host shim that defines TCK_KERNEL\"\n"
   "#endif\n";
 
+/* The C type of a value of each dtype; a storage dtype's (f16, bf16) is a
+** float holding a value rounded to it, and its buffers hold the bits. */
 static const char *const ctype[TC_DTYPE__MAX] = {
   [TC_F32] = "float", [TC_F64] = "double", [TC_I32] = "int32_t",
-  [TC_I64] = "int64_t", [TC_BOOL] = "uint8_t",
+  [TC_I64] = "int64_t", [TC_BOOL] = "uint8_t", [TC_F16] = "float",
+  [TC_BF16] = "float",
 };
 
-static bool is_float(int dt) { return dt == TC_F32 || dt == TC_F64; }
+static bool is_half(int dt) { return dt == TC_F16 || dt == TC_BF16; }
+
+static bool is_float(int dt)
+{
+  return dt == TC_F32 || dt == TC_F64 || is_half(dt);
+}
+
+static const char *stype(int dt) { return is_half(dt) ? "uint16_t" : ctype[dt]; }
+
+/* half.h's conversions by dtype */
+static const char *half_from(int dt)
+{
+  return dt == TC_F16 ? "half_f16_from_f32" : "half_bf16_from_f32";
+}
+
+static const char *half_to(int dt)
+{
+  return dt == TC_F16 ? "half_f32_from_f16" : "half_f32_from_bf16";
+}
 
 typedef struct {
   FILE *f;
@@ -93,6 +117,13 @@ static void fail(rd *r, const char *fmt, int i, int dt)
 static void konst(rd *r, char *out, size_t n, int dt, double v)
 {
   (void)r;
+  if (is_half(dt)) {   /* the f32 value of the rounded constant */
+    float x = (float)v;
+    x = dt == TC_F16 ? half_f32_from_f16(half_f16_from_f32(x))
+                     : half_f32_from_bf16(half_bf16_from_f32(x));
+    konst(r, out, n, TC_F32, x);
+    return;
+  }
   switch (dt) {
   case TC_F32: {
     float x = (float)v;
@@ -195,6 +226,14 @@ static void combine(rd *r, int red, int dt, const char *x, const char *y)
 static void convert(rd *r, const char *x, int from, int to)
 {
   FILE *f = r->f;
+  if (from != to && is_half(to)) {   /* through f32, rounded */
+    fprintf(f, "%s(%s(", half_to(to), half_from(to));
+    convert(r, x, is_half(from) ? TC_F32 : from, TC_F32);
+    fputs("))", f);
+    return;
+  }
+  if (is_half(from))
+    from = TC_F32;
   if (from == to) {
     fputs(x, f);
   } else if (to == TC_BOOL) {
@@ -222,14 +261,15 @@ static void load_at(rd *r, int b);
 static const char *const approx_name[KOP__MAX] = {
   [KOP_EXP] = "exp", [KOP_LOG] = "log", [KOP_TANH] = "tanh",
   [KOP_SIGMOID] = "sigmoid", [KOP_SIN] = "sin", [KOP_COS] = "cos",
-  [KOP_POW] = "pow", [KOP_GELU] = "gelu",
+  [KOP_POW] = "pow", [KOP_GELU] = "gelu", [KOP_EXPM1] = "expm1",
+  [KOP_LOG1P] = "log1p", [KOP_ERF] = "erf",
 };
 
 static const uint8_t arity[KOP__MAX] = {
 #define X(n, a) [KOP_##n] = a,
   KIR_PRIMS(X)
 #undef X
-  [KOP_CAST] = 1,
+  [KOP_CAST] = 1, [KOP_GATHER] = 1,
 };
 
 /* The expression of instruction i over its operands v<arg>. */
@@ -292,6 +332,7 @@ static void instr_expr(rd *r, int i)
   }
   case KOP_EXP: case KOP_LOG: case KOP_TANH: case KOP_SIGMOID:
   case KOP_SIN: case KOP_COS: case KOP_POW: case KOP_GELU:
+  case KOP_EXPM1: case KOP_LOG1P: case KOP_ERF:
     if (!is_float(dt))
       fail(r, "%%%d: transcendental of %s", i, dt);
     fprintf(f, "approx_%s_f%s(%s%s%s)", approx_name[in->op],
@@ -304,7 +345,25 @@ static void instr_expr(rd *r, int i)
     return;
   }
   case KOP_SCALAR: fprintf(f, "(%s)scalars[%d]", ctype[dt], in->ref); return;
-  case KOP_LOAD: load_at(r, in->ref); return;
+  case KOP_LOAD:
+    if (is_half(r->k->buf[in->ref].dtype))
+      fprintf(f, "%s(", half_to(r->k->buf[in->ref].dtype));
+    load_at(r, in->ref);
+    if (is_half(r->k->buf[in->ref].dtype))
+      fputs(")", f);
+    return;
+  case KOP_GATHER: {   /* the index clamped into the gathered axis */
+    const kir_buf *bf = &r->k->buf[in->ref];
+    bool h = is_half(bf->dtype);
+    fprintf(f, "%s%s(&", h ? half_to(bf->dtype) : "", h ? "(" : "");
+    load_at(r, in->ref);
+    fprintf(f, ")[(%s < 0 ? (int64_t)0 : %s > %" PRId64 " ? (int64_t)%" PRId64
+            " : (int64_t)%s) * %" PRId64 "]%s", a, a,
+            bf->gsize > 0 ? bf->gsize - 1 : 0, bf->gsize > 0 ? bf->gsize - 1
+                                                            : 0,
+            a, bf->gstride, h ? ")" : "");
+    return;
+  }
   case KOP_ROWVAR: fprintf(f, "rv%d", in->ref); return;
   case KOP_CAST: convert(r, a, da, dt); return;
   }
@@ -364,7 +423,12 @@ static void emit_store(rd *r, int out, int v, const char *indent)
   fputs(" = ", r->f);
   char name[24];
   snprintf(name, sizeof name, "v%d", v);
-  convert(r, name, r->k->ins[v].dtype, r->k->buf[out].dtype);
+  int bdt = r->k->buf[out].dtype;
+  if (is_half(bdt))   /* the bits of a value already rounded to bdt */
+    fprintf(r->f, "%s(", half_from(bdt));
+  convert(r, name, r->k->ins[v].dtype, bdt);
+  if (is_half(bdt))
+    fputs(")", r->f);
   fputs(";\n", r->f);
 }
 
@@ -387,8 +451,8 @@ static void emit_setup(rd *r)
   else
     fprintf(f, "  const int64_t rowlen = %" PRId64 ";\n", k->row_len);
   for (int b = 0; b < k->nbufs; b++) {
-    fprintf(f, "  %s *const b%d = (%s *)bufs[%d];\n", ctype[k->buf[b].dtype],
-            b, ctype[k->buf[b].dtype], b);
+    fprintf(f, "  %s *const b%d = (%s *)bufs[%d];\n", stype(k->buf[b].dtype),
+            b, stype(k->buf[b].dtype), b);
     for (int d = 0; d <= rowax; d++)
       if (k->dynamic)
         fprintf(f, "  const int64_t s%d_%d = dims[%d]; (void)s%d_%d;\n", b,
@@ -567,6 +631,7 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   ** do (approx.h) */
   fprintf(f, "#define APPROX_FMA %d\n", APPROX_FMA);
   fputs(jcuda_approx_text, f);
+  fputs(jcuda_half_text, f);
   fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
         "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);
   emit_setup(&r);

@@ -11,8 +11,12 @@
 #ifndef TC_HALF_H
 #define TC_HALF_H
 
+/* NVRTC has no libc headers: src/jit_cuda renders this file as CUDA C after
+** a prelude that declares what it uses (as for approx.h). */
+#ifndef __CUDACC_RTC__
 #include <stdint.h>
 #include <string.h>
+#endif
 
 static inline uint32_t half_bits_of(float x)
 {

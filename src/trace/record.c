@@ -359,7 +359,7 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   n->born = trace_g.realizations;
   n->slot = -1;
   n->binds = false;
-  n->costly = op_table[op].kind == OPK_EX;
+  n->costly = op == TC_OP_MATMUL;
   trace_g.live_nodes++;
   for (int i = 0; i < n->nin; i++) {
     trace_edge *e = &n->in[i];

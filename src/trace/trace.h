@@ -50,7 +50,7 @@ struct trace_node {
   int held;              /* index in the thread's held list while handles */
   uint64_t mark;         /* walk epoch */
   uint64_t born;         /* realizations done when the node was made */
-  bool costly;           /* computing it runs an extern (matmul): a value
+  bool costly;           /* computing it runs a matmul: a small value
                             the program holds is stored, not recomputed */
   int slot;              /* index in the region being realized */
   bool binds;            /* the region being realized writes it back to a
