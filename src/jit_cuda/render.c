@@ -206,11 +206,15 @@ static void negate(rd *r, int dt, const char *a)
     fprintf(r->f, "(%s)(-%s)", ctype[dt], a);
 }
 
-/* (x > y || x != x) ? x : y and its mirror: NaN propagates (expr.h). */
-static void maxmin(rd *r, bool max, const char *x, const char *y)
+/* (x > y || x != x) ? x : y and its mirror: NaN propagates (expr.h). An
+** integer is never NaN (and x != x draws a warning there). */
+static void maxmin(rd *r, bool max, int dt, const char *x, const char *y)
 {
-  fprintf(r->f, "((%s %s %s || %s != %s) ? %s : %s)", x, max ? ">" : "<", y,
-          x, x, x, y);
+  if (is_float(dt))
+    fprintf(r->f, "((%s %s %s || %s != %s) ? %s : %s)", x, max ? ">" : "<",
+            y, x, x, x, y);
+  else
+    fprintf(r->f, "((%s %s %s) ? %s : %s)", x, max ? ">" : "<", y, x, y);
 }
 
 static void combine(rd *r, int red, int dt, const char *x, const char *y)
@@ -218,7 +222,7 @@ static void combine(rd *r, int red, int dt, const char *x, const char *y)
   if (red == KIR_RED_SUM)
     wrap(r, dt, "+", x, y);
   else
-    maxmin(r, red == KIR_RED_MAX, x, y);
+    maxmin(r, red == KIR_RED_MAX, dt, x, y);
 }
 
 /* eager_convert's rules: float -> int saturates with NaN -> 0; anything ->
@@ -312,8 +316,8 @@ static void instr_expr(rd *r, int i)
     fprintf(f, "(%s)(%s %s %s)", ctype[dt], a, op[in->op - KOP_EQ], b);
     return;
   }
-  case KOP_MAXIMUM: maxmin(r, true, a, b); return;
-  case KOP_MINIMUM: maxmin(r, false, a, b); return;
+  case KOP_MAXIMUM: maxmin(r, true, dt, a, b); return;
+  case KOP_MINIMUM: maxmin(r, false, dt, a, b); return;
   case KOP_SEL: fprintf(f, "(%s != 0 ? %s : %s)", a, b, c); return;
   case KOP_SQRT:
     if (!is_float(dt))

@@ -239,33 +239,44 @@ static int fibers_reserve(unsigned n)
   return 0;
 }
 
+/* getcontext and swapcontext return twice: kept out of run_block's loops
+** (whose counters GCC would otherwise warn may be clobbered). */
+__attribute__((noinline)) static void fiber_start(fiber *f)
+{
+  getcontext(&f->ctx);
+  f->ctx.uc_stack.ss_sp = f->stack;
+  f->ctx.uc_stack.ss_size = FIBER_STACK;
+  f->ctx.uc_link = &run.sched;
+  makecontext(&f->ctx, fiber_main, 0);
+  f->done = f->at_barrier = false;
+}
+
+/* Run thread t until it reaches a barrier or returns. */
+__attribute__((noinline)) static void fiber_resume(fiber *f, unsigned t)
+{
+  f->at_barrier = false;
+  run.cur = t;
+  run.kx->tidx->x = t;
+  void *save = NULL;
+  SWITCH_START(&save, f->stack, FIBER_STACK);
+  swapcontext(&run.sched, &f->ctx);
+  SWITCH_FINISH(save, NULL, NULL);
+}
+
 /* Run one block: every thread up to its next barrier, in thread order,
 ** until all have returned. A barrier some threads skip is an error (on a
 ** device: a hang or undefined behaviour). */
 static int run_block(unsigned nthreads, char *why, size_t wlen)
 {
-  for (unsigned t = 0; t < nthreads; t++) {
-    fiber *f = &run.f[t];
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->stack;
-    f->ctx.uc_stack.ss_size = FIBER_STACK;
-    f->ctx.uc_link = &run.sched;
-    makecontext(&f->ctx, fiber_main, 0);
-    f->done = f->at_barrier = false;
-  }
+  for (unsigned t = 0; t < nthreads; t++)
+    fiber_start(&run.f[t]);
   for (;;) {
     unsigned waiting = 0, done = 0;
     for (unsigned t = 0; t < nthreads; t++) {
       fiber *f = &run.f[t];
       if (f->done)
         continue;
-      f->at_barrier = false;
-      run.cur = t;
-      run.kx->tidx->x = t;
-      void *save = NULL;
-      SWITCH_START(&save, f->stack, FIBER_STACK);
-      swapcontext(&run.sched, &f->ctx);
-      SWITCH_FINISH(save, NULL, NULL);
+      fiber_resume(f, t);
     }
     for (unsigned t = 0; t < nthreads; t++) {
       waiting += run.f[t].at_barrier;
