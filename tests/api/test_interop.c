@@ -204,7 +204,9 @@ static void test_from_blob_errors(void **state)
   assert_null(tc_from_blob(TC_F32, TC_SHAPE(2), NULL, count_deleter, &d));
   assert_string_equal(tc_last_error(), "tc_from_blob: argument is NULL");
   assert_null(tc_from_blob(TC_DTYPE__MAX, TC_SHAPE(2), raw, NULL, NULL));
-  assert_string_equal(tc_last_error(), "tc_from_blob: invalid dtype 5");
+  snprintf(want, sizeof want, "tc_from_blob: invalid dtype %d",
+           (int)TC_DTYPE__MAX);
+  assert_string_equal(tc_last_error(), want);
   assert_null(tc_from_blob(TC_F32, TC_SHAPE(2, -1), raw, NULL, NULL));
   assert_string_equal(tc_last_error(),
                       "tc_from_blob: size -1 of dim 1 is negative");
@@ -285,6 +287,21 @@ static void test_format_floats(void **state)
   EXPECT_FORMAT(d, "tensor([  0.5000,  -0.0000, 123.4568], "
                    "dtype=torch.float64)");
   tc_release(d);
+}
+
+/* f16 and bf16 print their values as f32 (PyTorch converts them first). */
+static void test_format_half(void **state)
+{
+  (void)state;
+  tc_tensor *h = TU_NN(tc_from_data(TC_F16, TC_SHAPE(2),
+                                    (uint16_t[]){0x3e00, 0x4000}, 4));
+  EXPECT_FORMAT(h, "tensor([1.5000, 2.0000], dtype=torch.float16)");
+  tc_release(h);
+  tc_tensor *f = f32s(TC_SHAPE(1), (float[]){0.1f});
+  tc_tensor *b = TU_NN(tc_cast(f, TC_BF16));   /* 0.10009765625 */
+  EXPECT_FORMAT(b, "tensor([0.1001], dtype=torch.bfloat16)");
+  tc_release(b);
+  tc_release(f);
 }
 
 static void test_format_nonfinite(void **state)
@@ -477,6 +494,7 @@ int main(void)
     cmocka_unit_test(test_from_blob_every_dtype_and_empty),
     cmocka_unit_test(test_from_blob_errors),
     cmocka_unit_test(test_format_floats),
+    cmocka_unit_test(test_format_half),
     cmocka_unit_test(test_format_nonfinite),
     cmocka_unit_test(test_format_ints_and_bools),
     cmocka_unit_test(test_format_empty),

@@ -129,6 +129,16 @@ typedef struct {
   tc_tensor *t;
 } named;
 
+/* t's bytes in C order (malloc'd); tc_copy_to checks the size asked. */
+static void *raw_of(tc_tensor *t, size_t *nbytes)
+{
+  *nbytes = (size_t)tc_numel(t) * tc_dtype_size(tc_dtype_of(t));
+  void *b = malloc(*nbytes + 1);
+  assert_non_null(b);
+  TU_OK(tc_copy_to(t, b, *nbytes));
+  return b;
+}
+
 static void expect_same(tc_tensor *got, tc_tensor *want)
 {
   assert_int_equal(tc_dtype_of(got), tc_dtype_of(want));
@@ -136,7 +146,7 @@ static void expect_same(tc_tensor *got, tc_tensor *want)
   for (int d = 0; d < tc_ndim(want); d++)
     assert_int_equal(tc_size(got, d), tc_size(want, d));
   size_t a, b;
-  void *x = tu_read_raw(got, &a), *y = tu_read_raw(want, &b);
+  void *x = raw_of(got, &a), *y = raw_of(want, &b);
   assert_int_equal(a, b);
   assert_memory_equal(x, y, a);   /* bitwise: NaN payloads and -0 too */
   free(x);
@@ -161,11 +171,12 @@ static void test_round_trip_every_dtype(void **state)
     tc_tensor *e = TU_NN(tc_zeros(TC_I32, TC_SHAPE(0, 3)));
     tc_tensor *v = TU_NN(tc_transpose(f, 0, 1));            /* a view */
     tc_tensor *lazy = TU_NN(tc_exp(tc_mul_scalar(d, 2.0)));  /* traced */
-    tc_tensor *h = TU_NN(tc_cast(f, TC_F16)), *bh = TU_NN(tc_cast(fs, TC_BF16));
+    tc_tensor *h = TU_NN(tc_cast(fs, TC_F16));
+    tc_tensor *bh = TU_NN(tc_cast(v, TC_BF16));
     named all[] = {{"f", f}, {"specials", fs}, {"d", d}, {"i32", i32},
                    {"i64", i64}, {"mask", b}, {"scalar", s}, {"empty", e},
-                   {"f.T", v}, {"layers.0.w \"q\"\n", lazy}, {"half", h},
-                   {"bhalf", bh}};
+                   {"f.T", v}, {"layers.0.w \"q\"\n", lazy}, {"h", h},
+                   {"bh", bh}};
     enum { N = sizeof all / sizeof *all };
     const char *names[N];
     tc_tensor *ts[N];
@@ -366,6 +377,8 @@ static void test_reject_malformed(void **state)
   expect_reject("{" ENTRY("a", "F32", "[1]", 0, 4) "," ENTRY("a", "F32",
                 "[1]", 4, 8) "}", z, 8, L, "malformed header: at byte 0: "
                 "object has the key \"a\" twice");
+  expect_reject("{" ENTRY("a", "U16", "[2]", 0, 4) "}", z, 4, L,
+                "tensor \"a\": dtype U16 is not supported by tc");
   expect_reject("{" ENTRY("a", "F8_E4M3", "[2]", 0, 2) "}", z, 2, L,
                 "tensor \"a\": dtype F8_E4M3 is not supported by tc");
   expect_reject("{" ENTRY("a", "Q7", "[2]", 0, 4) "}", z, 4, L,
@@ -514,7 +527,7 @@ static bool try_load(const unsigned char *b, size_t n)
     if (!t)
       continue;   /* e.g. a flipped bool byte */
     size_t nb;
-    free(tu_read_raw(t, &nb));
+    free(raw_of(t, &nb));
     char s[64];
     assert_true(tc_format(t, s, sizeof s) > 0);
     tc_release(t);
@@ -572,19 +585,21 @@ static const char *py_script =
   "from safetensors import safe_open\n"
   "from safetensors.numpy import load_file, save_file\n"
   "d = load_file(sys.argv[1])\n"
-  "assert sorted(d) == ['b', 'f', 'g', 'i'], sorted(d)\n"
+  "assert sorted(d) == ['b', 'f', 'g', 'h', 'i'], sorted(d)\n"
   "assert d['f'].dtype == np.float32 and d['f'].shape == (2, 3)\n"
   "assert (d['f'] == np.arange(6, dtype=np.float32).reshape(2, 3) / 4).all()\n"
   "assert d['g'].dtype == np.float64 and d['g'].shape == (3, 2)\n"
   "assert (d['g'] == (np.arange(6.0).reshape(2, 3) - 2.5).T).all()\n"
   "assert d['i'].dtype == np.int32 and list(d['i']) == [-7, 0, 2**31 - 1]\n"
   "assert d['b'].dtype == np.bool_ and list(d['b']) == [True, False]\n"
+  "assert d['h'].dtype == np.float16 and list(d['h']) == [0.5, -2.0, 65504.0]\n"
   "with safe_open(sys.argv[1], 'np') as f:\n"
   "    assert f.metadata() == {'by': 'tc'}, f.metadata()\n"
   "save_file({'x': np.arange(12, dtype=np.float64).reshape(3, 4) * 0.5,\n"
   "           'l': np.array([-1, 2**40], dtype=np.int64),\n"
   "           'm': np.array([True, False, True]),\n"
-  "           's': np.array(3.25, dtype=np.float32)},\n"
+  "           's': np.array(3.25, dtype=np.float32),\n"
+  "           'h': np.array([1.5, -0.25], dtype=np.float16)},\n"
   "          sys.argv[2], metadata={'by': 'numpy'})\n";
 
 static void test_python_interop(void **state)
@@ -610,9 +625,11 @@ static void test_python_interop(void **state)
   const char *from_tc = path_of("from_tc.safetensors");
   const char *from_py = path_of("from_py.safetensors");
   const char *script = path_of("interop.py");
-  TU_OK(tc_save_meta(from_tc, 4, (const char *[]){"f", "g", "i", "b"},
-                     (tc_tensor *[]){f, g, i, b}, 1, (const char *[]){"by"},
-                     (const char *[]){"tc"}));
+  tc_tensor *h = TU_NN(tc_from_data(TC_F16, TC_SHAPE(3),
+                                    (uint16_t[]){0x3800, 0xc000, 0x7bff}, 6));
+  TU_OK(tc_save_meta(from_tc, 5, (const char *[]){"f", "g", "i", "b", "h"},
+                     (tc_tensor *[]){f, g, i, b, h}, 1,
+                     (const char *[]){"by"}, (const char *[]){"tc"}));
   write_bytes(script, py_script, strlen(py_script));
   char cmd[512];
   snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s'", script, from_tc,
@@ -622,8 +639,13 @@ static void test_python_interop(void **state)
   tc_file *file = tc_load(from_py);
   if (!file)
     fail_msg("%s", tc_last_error());
-  assert_int_equal(tc_file_count(file), 4);
+  assert_int_equal(tc_file_count(file), 5);
   assert_string_equal(tc_file_metadata(file, "by"), "numpy");
+  tc_tensor *hp = TU_NN(tc_file_get(file, "h"));
+  assert_int_equal(tc_dtype_of(hp), TC_F16);
+  uint16_t hv[2];   /* IEEE half bits of 1.5 and -0.25 */
+  TU_OK(tc_copy_to(hp, hv, sizeof hv));
+  assert_true(hv[0] == 0x3e00 && hv[1] == 0xb400);
   tc_tensor *x = TU_NN(tc_file_get(file, "x"));
   double xv[12];
   TU_OK(tc_copy_to(x, xv, sizeof xv));
@@ -644,7 +666,7 @@ static void test_python_interop(void **state)
   TU_OK(tc_item(s, &sv));
   assert_true(sv == 3.25);
   tc_file_close(file);
-  tc_tensor *all[] = {f, ar, g0, g1, g, i, b, x, l, m, s};
+  tc_tensor *all[] = {f, ar, g0, g1, g, i, b, h, hp, x, l, m, s};
   for (size_t k = 0; k < sizeof all / sizeof *all; k++)
     tc_release(all[k]);
 }
