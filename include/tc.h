@@ -145,7 +145,8 @@ TC_API tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
 ** whichever thread drops it; it must not call tc. A NULL deleter leaves
 ** ownership with the caller, whose memory must outlive every such tensor.
 ** In-place ops write into data. data must be aligned to the element size
-** (bool bytes 0 or 1). On error (NULL) the deleter is not called. */
+** (bool bytes 0 or 1; f16 and bf16 are uint16_t bits). On error (NULL) the
+** deleter is not called. */
 TC_API tc_tensor *tc_from_blob(tc_dtype dt, int ndim, const int64_t *shape,
                                void *data,
                                void (*deleter)(void *data, void *ctx),

@@ -290,6 +290,21 @@ static void test_format_floats(void **state)
   tc_release(d);
 }
 
+/* f16 and bf16 print their values as f32 (PyTorch converts them first). */
+static void test_format_half(void **state)
+{
+  (void)state;
+  tc_tensor *h = TU_NN(tc_from_data(TC_F16, TC_SHAPE(2),
+                                    (uint16_t[]){0x3e00, 0x4000}, 4));
+  EXPECT_FORMAT(h, "tensor([1.5000, 2.0000], dtype=torch.float16)");
+  tc_release(h);
+  tc_tensor *f = f32s(TC_SHAPE(1), (float[]){0.1f});
+  tc_tensor *b = TU_NN(tc_cast(f, TC_BF16));   /* 0.10009765625 */
+  EXPECT_FORMAT(b, "tensor([0.1001], dtype=torch.bfloat16)");
+  tc_release(b);
+  tc_release(f);
+}
+
 static void test_format_nonfinite(void **state)
 {
   (void)state;
@@ -480,6 +495,7 @@ int main(void)
     cmocka_unit_test(test_from_blob_every_dtype_and_empty),
     cmocka_unit_test(test_from_blob_errors),
     cmocka_unit_test(test_format_floats),
+    cmocka_unit_test(test_format_half),
     cmocka_unit_test(test_format_nonfinite),
     cmocka_unit_test(test_format_ints_and_bools),
     cmocka_unit_test(test_format_empty),
