@@ -57,7 +57,7 @@ static tc_tensor *filled(const char *fn, tc_dtype dt, int ndim,
   tc_tensor *t = create(fn, dt, ndim, shape);
   if (t) {
     fill_job j = { dt, tensor_ptr(t), v };
-    eager_parallel(t->numel, 1 << 16, fill_range, &j);
+    tensor_parallel(t->numel, 1 << 16, fill_range, &j);
   }
   return handed_out(t);
 }
@@ -163,7 +163,7 @@ static tc_tensor *random_tensor(const char *fn, tc_dtype dt, int ndim,
   tc_tensor *t = create(fn, dt, ndim, shape);
   if (t) {
     rand_job j = { t, seed, normal };
-    eager_parallel(t->numel, 1 << 15, rand_range, &j);
+    tensor_parallel(t->numel, 1 << 15, rand_range, &j);
   }
   return handed_out(t);
 }

@@ -162,7 +162,7 @@ typedef struct {
 #define REDX(k, red)   T r##k = RED_##red(x, n); pf = true;
 #include "../tensor/composites.def"
 
-static eager_range_fn row_fn(tc_op op, tc_dtype dt)
+static tensor_range_fn row_fn(tc_op op, tc_dtype dt)
 {
   bool f = dt == TC_F32;
   switch (op) {
@@ -198,7 +198,7 @@ static tc_tensor *cpu_composite(const eager_call *c)
     row_job j = { tensor_ptr(x), tensor_ptr(rows), n,
                   g ? tensor_ptr(g) : NULL, b ? tensor_ptr(b) : NULL, c->s,
                   false };
-    eager_parallel(out->numel / n, ROW_GRAIN, row_fn(c->op, dt), &j);
+    tensor_parallel(out->numel / n, ROW_GRAIN, row_fn(c->op, dt), &j);
     eager_count(ST_KERNELS_LAUNCHED);
     if (atomic_load(&j.nomem)) {
       tc_seterr(TC_E_NOMEM, "%s: out of memory", c->fn);

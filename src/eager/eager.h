@@ -80,15 +80,6 @@ void eager_add_compile_ms(double ms);
 void eager_note_region(void);
 void eager_note_compiled_run(void);
 
-/* -- Thread pool ----------------------------------------------------------- */
-
-/* Run fn over [0, n) split into at most tc_threads() contiguous ranges.
-** Ranges shorter than grain run on the calling thread. fn never sees an
-** empty range. The split must not change results: callers that reduce use
-** fixed chunks (see reduce.c). */
-typedef void (*eager_range_fn)(void *ctx, int64_t lo, int64_t hi);
-void eager_parallel(int64_t n, int64_t grain, eager_range_fn fn, void *ctx);
-
 /* -- Kernels (CPU) ---------------------------------------------------------- */
 
 /* Convert n elements between dtypes; strides in elements (src may be 0). */
@@ -123,14 +114,6 @@ static inline double eager_uniform(uint64_t seed, uint64_t i)   /* [0, 1) */
   return (double)(eager_mix(seed, i) >> 11) * 0x1p-53;
 }
 
-/* Canonical reduction order (principle 2), shared by every kernel that
-** sums: chunks of EAGER_CHUNK elements; within a chunk EAGER_LANES lane
-** accumulators (element i goes to lane i % EAGER_LANES, starting from -0),
-** combined by halving (lane j += lane j + w, for w = LANES/2 .. 1); chunk
-** partials combined pairwise by levels (p[i] = p[2i] + p[2i+1], an odd
-** last one carried up). */
-#define EAGER_LANES 16
-#define EAGER_CHUNK 4096
 /* Sum n contiguous values in canonical order (f32 and f64). Serial. */
 float eager_sum_f32(const float *x, int64_t n);
 double eager_sum_f64(const double *x, int64_t n);
@@ -142,15 +125,6 @@ tc_tensor *eager_rows_of(const tc_tensor *t, int dim, tc_dtype dt);
 /* Reduce t over dim (SUM, MAX or MIN) into out, whose dtype is the
 ** accumulation dtype; 0 or -1. */
 int eager_reduce_into(tc_op op, const tc_tensor *t, int dim, tc_tensor *out);
-/* Combine m chunk partials p (of dtype dt) in the canonical pairwise order
-** into *out; kind 0 sum, 1 max, 2 min (ORDER RED: kir_red's order). Sums
-** exist for f32, f64 and i64 (narrower integers sum in i64); max and min
-** for every dtype. Returns -1 for a pair it does not do. */
-int eager_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out);
-/* Combine chunk partials in place, canonical pairwise order. */
-float eager_combine_f32(float *p, int64_t m);
-double eager_combine_f64(double *p, int64_t m);
-
 /* Matmul: C (m x n, row-major, ldc) = op(A) @ op(B), where op(A) is m x k
 ** and op(B) is k x n. A is stored row-major with leading dim lda, or, when
 ** ta, as its transpose (k x m row-major: a column-major view); B likewise.
@@ -181,7 +155,7 @@ typedef void (*eager_gemm_epilogue)(void *ctx, int64_t i0, int64_t i1,
 ** columns; 256 x 256 elements on the BLAS path). Which tiles, and which
 ** thread runs each, may change with the thread count (the own kernel cuts
 ** C for it), so an epilogue must be elementwise: then its result cannot.
-** ep usually runs inside a pool job, where its own eager_parallel calls
+** ep usually runs inside a pool job, where its own tensor_parallel calls
 ** run serially. */
 void eager_gemm_f32_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        const float *a, int64_t lda, const float *b,

@@ -291,7 +291,7 @@ static int64_t tile_count(int64_t len, int64_t *size)
   return (len + *size - 1) / *size;
 }
 
-/* eager_range_fn over tiles: each tile is its own call, never merged, so
+/* tensor_range_fn over tiles: each tile is its own call, never merged, so
 ** the split into ranges cannot change a result. */
 static void blas_range(void *ctx, int64_t lo, int64_t hi)
 {
@@ -310,7 +310,7 @@ static bool blas_gemm(blas_args *g)
   g->tiles_n = tile_count(g->n, &g->tn);
   double tile_flops = 2.0 * (double)g->tm * (double)g->tn * (double)g->k;
   int64_t grain = (int64_t)(GEMM_MIN_FLOPS / tile_flops) + 1;
-  eager_parallel(tiles_m * g->tiles_n, grain, blas_range, g);
+  tensor_parallel(tiles_m * g->tiles_n, grain, blas_range, g);
   return true;
 }
 
@@ -753,7 +753,7 @@ static void G(task_unpacked)(const G(job) *J, int64_t t)
     J->ep(J->ep_ctx, i0, i1, e, min64(e + J->epw, j1));
 }
 
-/* eager_range_fn: one per thread; takes tasks until none are left. */
+/* tensor_range_fn: one per thread; takes tasks until none are left. */
 static void G(worker)(void *ctx, int64_t lo, int64_t hi)
 {
   (void)lo;
@@ -936,7 +936,7 @@ static void G(gemv)(bool fma, bool ta, bool tb, int64_t n, int64_t k,
   if (2.0 * (double)n * (double)k < GEMM_MIN_FLOPS || blocks == 1)
     G(gemv_range)(&J, 0, blocks);
   else
-    eager_parallel(blocks, 1, G(gemv_range), &J);
+    tensor_parallel(blocks, 1, G(gemv_range), &J);
 }
 
 /* The own kernel for any m, n, k >= 0 (gemm.h). */
@@ -969,7 +969,7 @@ static void G(own)(gemm_path path, bool ta, bool tb, int64_t m, int64_t n,
   if (parts <= 1)
     G(worker)(&J, 0, 1);
   else
-    eager_parallel(parts, 1, G(worker), &J);
+    tensor_parallel(parts, 1, G(worker), &J);
 }
 
 void G(eager_gemm_portable)(bool ta, bool tb, int64_t m, int64_t n,

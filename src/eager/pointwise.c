@@ -327,7 +327,7 @@ static void pw_launch(pw_fn fn, tc_dtype cd, tc_tensor *out, int nin,
   p.s = s;
   plan_build(&p, out, nin, in);
   eager_count(ST_KERNELS_LAUNCHED);
-  eager_parallel(out->numel, PW_GRAIN, plan_range, &p);
+  tensor_parallel(out->numel, PW_GRAIN, plan_range, &p);
 }
 
 /* -- Public to the module --------------------------------------------------- */
@@ -390,7 +390,7 @@ static void pw_run(tc_op op, tc_dtype cd, tc_tensor *out, int nin,
     for (int i = 0; i < nin; i++)
       j.in[i] = tensor_ptr(in[i]);
     eager_count(ST_KERNELS_LAUNCHED);
-    eager_parallel(out->numel, PW_GRAIN, dense_range, &j);
+    tensor_parallel(out->numel, PW_GRAIN, dense_range, &j);
     return;
   }
   pw_launch(fn, cd, out, nin, in, s);

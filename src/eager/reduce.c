@@ -13,7 +13,7 @@
 #define REDUCE_GRAIN_ROWS 64
 
 /* -- Canonical chunk kernels -------------------------------------------------
-** One chunk (<= EAGER_CHUNK elements): lane i % LANES accumulates element i,
+** One chunk (<= TENSOR_RED_CHUNK elements): lane i % LANES accumulates element i,
 ** lanes start at the identity and combine by halving. The lane loop stays a
 ** loop (GCC unroll 1), which GCC vectorizes as two 8-wide steps; completely
 ** unrolled, GCC 12 left max and min scalar: 0.89 vs 0.11 ns per element
@@ -22,26 +22,26 @@
 #define CHUNK_FN(name, T, ident, comb)                                       \
   static T name(const T *x, int64_t n)                                       \
   {                                                                          \
-    T acc[EAGER_LANES];                                                      \
-    for (int l = 0; l < EAGER_LANES; l++)                                    \
+    T acc[TENSOR_RED_LANES];                                                      \
+    for (int l = 0; l < TENSOR_RED_LANES; l++)                                    \
       acc[l] = (ident);                                                      \
     int64_t i = 0;                                                           \
-    for (; i + EAGER_LANES <= n; i += EAGER_LANES)                           \
+    for (; i + TENSOR_RED_LANES <= n; i += TENSOR_RED_LANES)                           \
       _Pragma("GCC unroll 1")   /* see above */                              \
-      for (int l = 0; l < EAGER_LANES; l++)                                  \
+      for (int l = 0; l < TENSOR_RED_LANES; l++)                                  \
         acc[l] = comb(acc[l], x[i + l]);                                     \
     for (int l = 0; i + l < n; l++)                                          \
       acc[l] = comb(acc[l], x[i + l]);                                       \
-    for (int w = EAGER_LANES / 2; w >= 1; w /= 2)                            \
+    for (int w = TENSOR_RED_LANES / 2; w >= 1; w /= 2)                            \
       for (int l = 0; l < w; l++)                                            \
         acc[l] = comb(acc[l], acc[l + w]);                                   \
     return acc[0];                                                           \
   }
 
-#define C_ADD(x, y) ((x) + (y))
-#define C_ADDW(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
-#define C_MAX(x, y) (((x) > (y) || (x) != (x)) ? (x) : (y))
-#define C_MIN(x, y) (((x) < (y) || (x) != (x)) ? (x) : (y))
+#define C_ADD TENSOR_COMB_ADD
+#define C_ADDW TENSOR_COMB_ADDW
+#define C_MAX TENSOR_COMB_MAX
+#define C_MIN TENSOR_COMB_MIN
 
 CHUNK_FN(chunk_sum_f32, float, 0.0f, C_ADD)
 CHUNK_FN(chunk_sum_f64, double, 0.0, C_ADD)
@@ -56,38 +56,6 @@ CHUNK_FN(chunk_min_f64, double, INFINITY, C_MIN)
 CHUNK_FN(chunk_min_i32, int32_t, INT32_MAX, C_MIN)
 CHUNK_FN(chunk_min_i64, int64_t, INT64_MAX, C_MIN)
 CHUNK_FN(chunk_min_b8, uint8_t, 1, C_MIN)
-
-/* Pairwise combine of chunk partials by levels; the result lands in p[0]. */
-#define COMBINE_FN(name, T, comb)                                            \
-  static T name(T *p, int64_t m)                                             \
-  {                                                                          \
-    while (m > 1) {                                                          \
-      int64_t h = m / 2;                                                     \
-      for (int64_t i = 0; i < h; i++)                                        \
-        p[i] = comb(p[2 * i], p[2 * i + 1]);                                 \
-      if (m & 1)                                                             \
-        p[h] = p[m - 1];                                                     \
-      m = h + (m & 1);                                                       \
-    }                                                                        \
-    return p[0];                                                             \
-  }
-
-COMBINE_FN(combine_sum_f32, float, C_ADD)
-COMBINE_FN(combine_sum_f64, double, C_ADD)
-COMBINE_FN(combine_sum_i64, int64_t, C_ADDW)
-COMBINE_FN(combine_max_f32, float, C_MAX)
-COMBINE_FN(combine_max_f64, double, C_MAX)
-COMBINE_FN(combine_max_i32, int32_t, C_MAX)
-COMBINE_FN(combine_max_i64, int64_t, C_MAX)
-COMBINE_FN(combine_max_b8, uint8_t, C_MAX)
-COMBINE_FN(combine_min_f32, float, C_MIN)
-COMBINE_FN(combine_min_f64, double, C_MIN)
-COMBINE_FN(combine_min_i32, int32_t, C_MIN)
-COMBINE_FN(combine_min_i64, int64_t, C_MIN)
-COMBINE_FN(combine_min_b8, uint8_t, C_MIN)
-
-float eager_combine_f32(float *p, int64_t m) { return combine_sum_f32(p, m); }
-double eager_combine_f64(double *p, int64_t m) { return combine_sum_f64(p, m); }
 
 /* -- Reducing one row ------------------------------------------------------- */
 
@@ -120,8 +88,8 @@ static void chunks_range(void *ctx, int64_t lo, int64_t hi)
 {
   const row_job *j = ctx;
   for (int64_t c = lo; c < hi; c++) {
-    int64_t start = c * EAGER_CHUNK;
-    int64_t len = j->n - start < EAGER_CHUNK ? j->n - start : EAGER_CHUNK;
+    int64_t start = c * TENSOR_RED_CHUNK;
+    int64_t len = j->n - start < TENSOR_RED_CHUNK ? j->n - start : TENSOR_RED_CHUNK;
     switch (KEY(j->rk, j->dt)) {
 #define X(rk, dt, T, nm)                                                     \
     case KEY(rk, dt):                                                        \
@@ -135,24 +103,10 @@ static void chunks_range(void *ctx, int64_t lo, int64_t hi)
   }
 }
 
-int eager_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out)
-{
-  switch (KEY(kind, dt)) {
-#define X(rk, dt, T, nm)                                                     \
-  case KEY(rk, dt):                                                          \
-    *(T *)out = combine_##nm((T *)p, m);                                     \
-    return 0;
-  ROW_CASES(X)
-#undef X
-  default:
-    return -1;
-  }
-}
-
 static void combine_into(reduce_kind rk, tc_dtype dt, void *p, int64_t m,
                          void *out)
 {
-  int rc = eager_combine(rk, dt, p, m, out);
+  int rc = tensor_combine(rk, dt, p, m, out);
   TC_ASSERT(rc == 0, "bad reduction");
   (void)rc;
 }
@@ -161,7 +115,7 @@ static void combine_into(reduce_kind rk, tc_dtype dt, void *p, int64_t m,
 static int reduce_row(reduce_kind rk, tc_dtype dt, const void *x, int64_t n,
                       void *out, bool par)
 {
-  int64_t m = n ? (n + EAGER_CHUNK - 1) / EAGER_CHUNK : 1;
+  int64_t m = n ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
   _Alignas(64) char small[64 * 8];
   void *partial = m <= 64 ? small : malloc((size_t)m * 8);
   if (!partial)
@@ -170,7 +124,7 @@ static int reduce_row(reduce_kind rk, tc_dtype dt, const void *x, int64_t n,
   if (n == 0)
     chunks_range(&j, 0, 1);   /* a zero-length chunk yields the identity */
   else if (par)
-    eager_parallel(m, 4, chunks_range, &j);
+    tensor_parallel(m, 4, chunks_range, &j);
   else
     chunks_range(&j, 0, m);
   combine_into(rk, dt, partial, m, out);
@@ -251,8 +205,8 @@ static int reduce_rows(reduce_kind rk, const tc_tensor *t, int dim,
   if (rows == 1) {
     j.failed = reduce_row(rk, dt, j.x, n, j.out, true) < 0;
   } else if (rows > 0) {
-    int64_t grain = n >= EAGER_CHUNK ? 1 : REDUCE_GRAIN_ROWS;
-    eager_parallel(rows, grain, rows_range, &j);
+    int64_t grain = n >= TENSOR_RED_CHUNK ? 1 : REDUCE_GRAIN_ROWS;
+    tensor_parallel(rows, grain, rows_range, &j);
   }
   tensor_unref(x);
   eager_count(ST_KERNELS_LAUNCHED);
@@ -373,7 +327,7 @@ static int cumsum_into(const tc_tensor *t, int dim, tc_tensor *out)
     return -1;
   cumsum_job j = { (tc_dtype)out->dtype, tensor_ptr(x), tensor_ptr(out), n,
                    inner };
-  eager_parallel(rows, n >= EAGER_CHUNK ? 1 : REDUCE_GRAIN_ROWS, cumsum_range,
+  tensor_parallel(rows, n >= TENSOR_RED_CHUNK ? 1 : REDUCE_GRAIN_ROWS, cumsum_range,
                  &j);
   tensor_unref(x);
   eager_count(ST_KERNELS_LAUNCHED);
@@ -423,7 +377,7 @@ static tc_tensor *cpu_reduce(const eager_call *c)
     argbest_job j = { (tc_dtype)t->dtype, c->op == TC_OP_ARGMIN,
                       tensor_ptr(x), tensor_ptr(out),
                       t->ndim ? t->shape[c->dim] : 1 };
-    eager_parallel(out->numel, REDUCE_GRAIN_ROWS, argbest_range, &j);
+    tensor_parallel(out->numel, REDUCE_GRAIN_ROWS, argbest_range, &j);
     eager_count(ST_KERNELS_LAUNCHED);
     tensor_unref(x);
     break;

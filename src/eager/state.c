@@ -69,8 +69,7 @@ static void print_stats(void)
 static void init_once(void)
 {
   const tensor_config *env = tensor_cfg();
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  cfg.threads = env->threads ? env->threads : cores > 0 ? (int)cores : 1;
+  cfg.threads = tensor_threads();
   cfg.compile = env->compile;
   cfg.stats_at_exit = env->stats;
   eager_register_cpu_pointwise();

@@ -12,7 +12,7 @@
 **   KIR_ROWS  for each row r of an N-d outer space, a row axis of length
 **             `row_len`; passes run in order over the row: a REDUCE pass
 **             folds a value over the row (canonical order: chunks of
-**             EAGER_CHUNK, 16 lanes, halving, pairwise chunk combine) into
+**             TENSOR_RED_CHUNK, 16 lanes, halving, pairwise chunk combine) into
 **             a row variable; a STORE pass writes values at each row
 **             position; a STORE_ROW pass writes a row-variable-only value
 **             once per row (e.g. a sum with keepdim). Parallel over rows.
@@ -170,7 +170,7 @@ void kir_dyn_fill(const kir_kernel *k, int64_t *dims);
 **   void pass_p(char *const *bufs, const double *scalars,
 **               const int64_t *dims, const void *rowvars, void *partials,
 **               int64_t lo, int64_t hi);
-** REDUCE pass: [lo, hi) is a range of chunks (EAGER_CHUNK row positions
+** REDUCE pass: [lo, hi) is a range of chunks (TENSOR_RED_CHUNK row positions
 **   each); writes the chunk partials (lanes combined) to partials[c] (an
 **   array of the value's dtype); the launcher combines them pairwise (the
 **   canonical order) into rowvar slot p.

@@ -2,14 +2,14 @@
 ** emit.c -- kernel IR -> libgccjit functions: loop nests with affine
 ** (stride) addressing, one local per IR instruction, each primitive with
 ** expr.h's exact semantics, casts with eager_convert's rules, and
-** reductions in the canonical order (eager/reduce.c's CHUNK_FN/COMBINE_FN).
+** reductions in the canonical order (tensor.h; eager/reduce.c's CHUNK_FN).
 **
 ** Shape of the generated code (static kernels bake sizes and strides in as
 ** constants; dynamic ones read them from `dims` once at entry):
 **   MAP   decompose lo into coordinates once; per segment of the innermost
 **         dim a counted loop with constant strides (so GCC vectorizes it,
 **         versioning for aliasing at run time); carry into outer dims.
-**   ROWS  per row, pass by pass: REDUCE = chunks of EAGER_CHUNK, each a
+**   ROWS  per row, pass by pass: REDUCE = chunks of TENSOR_RED_CHUNK, each a
 **         16-lane local accumulator array, lanes combined by halving, chunk
 **         partials combined on a binary-counter stack (equal to
 **         COMBINE_FN's pairwise-by-levels order); STORE = a loop over the
@@ -27,9 +27,8 @@
 
 #include "jcpu_impl.h"
 #include "../tensor/half.h"
-#include "../eager/eager.h"   /* EAGER_CHUNK, EAGER_LANES */
 
-_Static_assert(EAGER_LANES == 16, "the lane array and halving assume 16");
+_Static_assert(TENSOR_RED_LANES == 16, "the lane array and halving assume 16");
 
 /* -- Codegen state -------------------------------------------------------------- */
 
@@ -648,7 +647,7 @@ static void store_chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
   loop lb, ls;
   if (g->prefetch) {
     from = loop_begin(g, &lb, "b", what, cs, end, PF_BLOCK);
-    for (int q = 0; q < PF_BLOCK; q += EAGER_LANES)
+    for (int q = 0; q < PF_BLOCK; q += TENSOR_RED_LANES)
       prefetch_next_row(g, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, from, I64(g, q)));
     gcc_jit_rvalue *bend = jb_let(j, "bend", j->t->i64,
                                   jb_bin(j, GCC_JIT_BINARY_OP_PLUS, from,
@@ -681,7 +680,7 @@ static void prefetch_next_row(cg *g, gcc_jit_rvalue *at)
         g->cst[b][TC_MAX_DIMS] != 1 || g->cst[b][g->nd - 1] == 0)
       continue;
     int size = (int)tensor_dtype_size[k->buf[b].dtype];
-    for (int off = 0; off < EAGER_LANES * size; off += 64) {
+    for (int off = 0; off < TENSOR_RED_LANES * size; off += 64) {
       gcc_jit_rvalue *i = jb_bin(j, GCC_JIT_BINARY_OP_PLUS, at,
                                  I64(g, g->cst[b][g->nd - 1] + off / size));
       gcc_jit_rvalue *addr = gcc_jit_lvalue_get_address(
@@ -704,16 +703,16 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
   int dt = g->k->ins[ps->value].dtype;
   gcc_jit_type *t = ty(g, dt);
   gcc_jit_lvalue *acc = jb_local(
-    j, gcc_jit_context_new_array_type(j->ctx, NULL, t, EAGER_LANES), "acc");
+    j, gcc_jit_context_new_array_type(j->ctx, NULL, t, TENSOR_RED_LANES), "acc");
   gcc_jit_rvalue *accr = gcc_jit_lvalue_as_rvalue(acc);
-  for (int l = 0; l < EAGER_LANES; l++)
+  for (int l = 0; l < TENSOR_RED_LANES; l++)
     jb_assign(j, gcc_jit_context_new_array_access(j->ctx, NULL, accr,
                                                   I64(g, l)),
               identity(g, ps->red, dt));
   /* full groups of 16: lane l takes position cs + i + l */
   gcc_jit_rvalue *nfull = jb_let(j, "nfull", j->t->i64,
                                  jb_bin(j, GCC_JIT_BINARY_OP_BITWISE_AND, len,
-                                        I64(g, ~(int64_t)(EAGER_LANES - 1))));
+                                        I64(g, ~(int64_t)(TENSOR_RED_LANES - 1))));
   int pn = (int)(ps - g->k->pass);
   char w0[32], w1[32], w2[32];
   snprintf(w0, sizeof w0, "p%d.store", pn);
@@ -729,13 +728,13 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
     store_chunk(g, ps, cs, len, w0);
   loop li, ll;
   gcc_jit_rvalue *i = loop_begin(g, &li, "i", w1, I64(g, 0), nfull,
-                                 EAGER_LANES);
+                                 TENSOR_RED_LANES);
   gcc_jit_rvalue *gb = jb_let(j, "gb", j->t->i64,
                               jb_bin(j, GCC_JIT_BINARY_OP_PLUS, cs, i));
   if (g->prefetch && !stored)
     prefetch_next_row(g, gb);
   gcc_jit_rvalue *l = loop_begin(g, &ll, "l", w1, I64(g, 0),
-                                 I64(g, EAGER_LANES), 1);
+                                 I64(g, TENSOR_RED_LANES), 1);
   lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, gb, l), stored);
   loop_end(g, &ll);
   loop_end(g, &li);
@@ -748,7 +747,7 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
   lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, tb, l), stored);
   loop_end(g, &ll);
   /* halving: lane l = comb(lane l, lane l + w) */
-  for (int w = EAGER_LANES / 2; w >= 1; w /= 2)
+  for (int w = TENSOR_RED_LANES / 2; w >= 1; w /= 2)
     for (int q = 0; q < w; q++) {
       gcc_jit_lvalue *a = gcc_jit_context_new_array_access(j->ctx, NULL, accr,
                                                            I64(g, q));
@@ -761,7 +760,7 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
                                                    I64(g, 0))));
 }
 
-/* len of chunk c: min(EAGER_CHUNK, n - c * EAGER_CHUNK), into a local. */
+/* len of chunk c: min(TENSOR_RED_CHUNK, n - c * TENSOR_RED_CHUNK), into a local. */
 static gcc_jit_rvalue *chunk_len(cg *g, gcc_jit_rvalue *cs)
 {
   jb *j = &g->j;
@@ -769,8 +768,8 @@ static gcc_jit_rvalue *chunk_len(cg *g, gcc_jit_rvalue *cs)
                                 jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->row_len,
                                        cs));
   return jb_sel(j, j->t->i64,
-                jb_cmp(j, GCC_JIT_COMPARISON_LT, left, I64(g, EAGER_CHUNK)),
-                left, I64(g, EAGER_CHUNK));
+                jb_cmp(j, GCC_JIT_COMPARISON_LT, left, I64(g, TENSOR_RED_CHUNK)),
+                left, I64(g, TENSOR_RED_CHUNK));
 }
 
 /* Number of chunks of a row: at least 1 (an empty row has one empty chunk
@@ -780,13 +779,13 @@ static gcc_jit_rvalue *nchunks(cg *g)
   jb *j = &g->j;
   if (!g->k->dynamic) {
     int64_t n = g->crow;
-    return I64(g, n ? (n + EAGER_CHUNK - 1) / EAGER_CHUNK : 1);
+    return I64(g, n ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1);
   }
   gcc_jit_rvalue *m = jb_let(
     j, "nch", j->t->i64,
     jb_bin(j, GCC_JIT_BINARY_OP_DIVIDE,
            jb_bin(j, GCC_JIT_BINARY_OP_PLUS, g->row_len,
-                  I64(g, EAGER_CHUNK - 1)), I64(g, EAGER_CHUNK)));
+                  I64(g, TENSOR_RED_CHUNK - 1)), I64(g, TENSOR_RED_CHUNK)));
   return jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_LT, m, I64(g, 1)),
                 I64(g, 1), m);
 }
@@ -802,7 +801,7 @@ static void reduce_row(cg *g, int p)
   int dt = g->k->ins[ps->value].dtype;
   gcc_jit_type *t = ty(g, dt);
   gcc_jit_lvalue *rv = g->rowvar[p];
-  if (!g->k->dynamic && g->crow <= EAGER_CHUNK) {   /* one chunk */
+  if (!g->k->dynamic && g->crow <= TENSOR_RED_CHUNK) {   /* one chunk */
     jb_assign(j, rv, chunk(g, ps, I64(g, 0), I64(g, g->crow)));
     return;
   }
@@ -819,7 +818,7 @@ static void reduce_row(cg *g, int p)
   gcc_jit_rvalue *c = loop_begin(g, &lc, "c", w, I64(g, 0), m, 1);
   gcc_jit_rvalue *cs = jb_let(j, "cs", j->t->i64,
                               jb_bin(j, GCC_JIT_BINARY_OP_MULT, c,
-                                     I64(g, EAGER_CHUNK)));
+                                     I64(g, TENSOR_RED_CHUNK)));
   gcc_jit_rvalue *part = chunk(g, ps, cs, chunk_len(g, cs));
   /* x = part; t = c; while (t & 1) { x = comb(stk[--sp], x); t >>= 1; } */
   gcc_jit_lvalue *x = jb_local(j, t, "x"), *tc = jb_local(j, j->t->i64, "tc");
@@ -1268,7 +1267,7 @@ static void emit_split_pass(cg *g, int p)
     gcc_jit_rvalue *c = loop_begin(g, &lc, "c", w, g->lo, g->hi, 1);
     gcc_jit_rvalue *cs = jb_let(j, "cs", j->t->i64,
                                 jb_bin(j, GCC_JIT_BINARY_OP_MULT, c,
-                                       I64(g, EAGER_CHUNK)));
+                                       I64(g, TENSOR_RED_CHUNK)));
     gcc_jit_rvalue *part = chunk(g, ps, cs, chunk_len(g, cs));
     jb_assign(j, gcc_jit_context_new_array_access(j->ctx, NULL, parts, c),
               part);

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "jcpu_impl.h"
-#include "../eager/eager.h"
 #include "../tensor/approx.h"
 
 struct jcpu_kernel {
@@ -484,14 +483,14 @@ static void run_pass(void *ctx, int64_t lo, int64_t hi)
 }
 
 _Static_assert(KIR_RED_SUM == 0 && KIR_RED_MAX == 1 && KIR_RED_MIN == 2,
-               "ORDER RED: eager_combine takes kir_red's kinds");
+               "ORDER RED: tensor_combine takes kir_red's kinds");
 
 /* Split mode: one long row shared by the threads, pass by pass. */
 static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
                         launch_job *l)
 {
   int64_t n = k->dynamic ? l->dims[k->ndim] : k->row_len;
-  int64_t m = n ? (n + EAGER_CHUNK - 1) / EAGER_CHUNK : 1;
+  int64_t m = n ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
   _Alignas(8) char small[64 * 8];
   void *parts = m <= 64 ? small : malloc((size_t)m * 8);
   if (!parts)
@@ -504,12 +503,12 @@ static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
     l->fn = jk->pass[p];
     if (ps->kind == KIR_PASS_REDUCE) {
       /* chunks are 4096 elements of work each: split them freely */
-      eager_parallel(m, 2, run_pass, l);
+      tensor_parallel(m, 2, run_pass, l);
       /* the canonical pairwise order: the eager reductions' own code */
-      eager_combine(ps->red, (tc_dtype)k->ins[ps->value].dtype, parts, m,
+      tensor_combine(ps->red, (tc_dtype)k->ins[ps->value].dtype, parts, m,
                     rowvars + 8 * p);
     } else if (ps->kind == KIR_PASS_STORE) {
-      eager_parallel(n, MAP_GRAIN, run_pass, l);
+      tensor_parallel(n, MAP_GRAIN, run_pass, l);
     } else {
       run_pass(l, 0, 1);
     }
@@ -540,11 +539,11 @@ int jcpu_launch(const jcpu_kernel *jk, const kir_kernel *k, char *const *bufs,
   if (units <= 0)
     return 0;
   if (k->kind == KIR_MAP) {
-    eager_parallel(units, MAP_GRAIN, run_main, &l);
+    tensor_parallel(units, MAP_GRAIN, run_main, &l);
     return 0;
   }
   int64_t n = k->dynamic ? dims[k->ndim] : k->row_len;
   int64_t grain = n >= ROW_GRAIN_ELEMS ? 1 : ROW_GRAIN_ELEMS / (n ? n : 1);
-  eager_parallel(units, grain, run_main, &l);
+  tensor_parallel(units, grain, run_main, &l);
   return 0;
 }

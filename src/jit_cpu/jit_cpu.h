@@ -7,7 +7,7 @@
 ** with expr.h's exact semantics for the instruction's dtype, the
 ** transcendentals re-express approx.h operation for operation, casts follow
 ** eager_convert, and reductions use the canonical order (chunks of
-** EAGER_CHUNK, EAGER_LANES lanes combined by halving, chunk partials
+** TENSOR_RED_CHUNK, TENSOR_RED_LANES lanes combined by halving, chunk partials
 ** combined pairwise by levels). Code is built with -O3 for the detected ISA,
 ** -ffp-contract=off, -fno-trapping-math, -fno-math-errno and never
 ** -ffast-math.
@@ -74,7 +74,7 @@ jcpu_status jcpu_load(const kir_kernel *k, const char *key,
 void jcpu_free(jcpu_kernel *jk);   /* NULL-safe */
 
 /* Run the whole kernel k (the one jk was compiled from): units split across
-** eager_parallel in fixed ranges; in split mode pass by pass, REDUCE
+** tensor_parallel in fixed ranges; in split mode pass by pass, REDUCE
 ** partials combined in the canonical pairwise order. bufs/scalars as in
 ** kir.h; dims NULL for static kernels (kir_dyn_fill layout otherwise).
 ** Results never depend on the thread count. Returns 0, or -1 when the

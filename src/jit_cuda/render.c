@@ -38,11 +38,9 @@
 extern const char jcuda_approx_text[];
 extern const char jcuda_half_text[];
 
-/* The canonical reduction order (eager/reduce.c, NUMERICS.md). Stated here
-** rather than included: the backend sees only the IR and the ground floor;
-** tests/jit_cuda checks them against EAGER_CHUNK and EAGER_LANES. */
-#define CHUNK 4096
-#define LANES 16
+/* The canonical reduction order (tensor.h, NUMERICS.md). */
+#define CHUNK TENSOR_RED_CHUNK
+#define LANES TENSOR_RED_LANES
 
 /* The prelude: NVRTC gets CUDA's spellings and the libc names approx.h
 ** uses; a host build (tests/jit_cuda/shim.h) defines TCK_KERNEL first. */

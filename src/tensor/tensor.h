@@ -378,6 +378,41 @@ int tensor_geom_expand(const char *fn, tensor_geom *g, int ndim,
 int tensor_geom_unsqueeze(const char *fn, tensor_geom *g, int dim);
 int tensor_geom_squeeze(const char *fn, tensor_geom *g, int dim);
 
+/* -- Thread pool (pool.c): shared by eager kernels and compiled ones ------- */
+
+/* The threads tc runs on: TC_THREADS, else every online core. */
+int tensor_threads(void);
+/* Run fn over [0, n) split into at most tensor_threads() contiguous
+** ranges. Ranges shorter than grain run on the calling thread. fn never
+** sees an empty range. The split must not change results: callers that
+** reduce use fixed chunks (the canonical order below). */
+typedef void (*tensor_range_fn)(void *ctx, int64_t lo, int64_t hi);
+void tensor_parallel(int64_t n, int64_t grain, tensor_range_fn fn, void *ctx);
+
+/* -- The canonical reduction order (reduce_order.c, principle 2) ----------
+** Shared by every kernel that sums, eager or compiled on any backend:
+** chunks of TENSOR_RED_CHUNK elements; within a chunk TENSOR_RED_LANES lane
+** accumulators (element i goes to lane i % TENSOR_RED_LANES, starting from
+** the identity, -0 for sums), combined by halving (lane j = lane j (+)
+** lane j + w, for w = LANES/2 .. 1); chunk partials combined pairwise by
+** levels (p[i] = p[2i] (+) p[2i+1], an odd last one carried up). */
+#define TENSOR_RED_LANES 16
+#define TENSOR_RED_CHUNK 4096
+/* The combines: sums wrap on integers; max and min propagate NaN (x wins
+** when it is NaN or larger/smaller, as torch.maximum). */
+#define TENSOR_COMB_ADD(x, y)  ((x) + (y))
+#define TENSOR_COMB_ADDW(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
+#define TENSOR_COMB_MAX(x, y)  (((x) > (y) || (x) != (x)) ? (x) : (y))
+#define TENSOR_COMB_MIN(x, y)  (((x) < (y) || (x) != (x)) ? (x) : (y))
+/* Combine m chunk partials p (of dtype dt) in the canonical pairwise order
+** into *out; kind 0 sum, 1 max, 2 min (ORDER RED: kir_red's order). Sums
+** exist for f32, f64 and i64 (narrower integers sum in i64); max and min
+** for f32, f64, i32, i64 and bool. Returns -1 for a pair it does not do. */
+int tensor_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out);
+/* Sum chunk partials in place, canonical pairwise order. */
+float tensor_combine_f32(float *p, int64_t m);
+double tensor_combine_f64(double *p, int64_t m);
+
 /* -- Debug ----------------------------------------------------------------- */
 
 void tensor_dump(const tc_tensor *t, FILE *out);

@@ -62,11 +62,11 @@ static void test_pool_covers_range(void **state)
 {
   (void)state;
   int64_t acc[2] = { 0, 0 };
-  eager_parallel(1000003, 1000, sum_range, acc);
+  tensor_parallel(1000003, 1000, sum_range, acc);
   assert_int_equal(acc[0], 1000003);
   assert_true(acc[1] >= 1 && acc[1] <= tc_threads());
   acc[0] = acc[1] = 0;
-  eager_parallel(10, 1000, sum_range, acc);   /* below grain: one range */
+  tensor_parallel(10, 1000, sum_range, acc);   /* below grain: one range */
   assert_int_equal(acc[0], 10);
   assert_int_equal(acc[1], 1);
 }

@@ -1,12 +1,14 @@
 /*
-** pool.c -- the CPU thread pool: tc_threads() - 1 workers plus the caller,
-** one job at a time, each job split into contiguous ranges. Nested calls
-** (from inside a job) run serially on the calling thread.
+** pool.c -- the CPU thread pool: tensor_threads() - 1 workers plus the
+** caller, one job at a time, each job split into contiguous ranges. Nested
+** calls (from inside a job) run serially on the calling thread. Below eager
+** and the JIT launcher alike: both run their kernels here.
 */
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-#include "eager.h"
+#include "tensor.h"
 
 static struct {
   pthread_mutex_t job_lock;    /* one job at a time across user threads */
@@ -17,7 +19,7 @@ static struct {
   bool started;
   uint64_t generation;
   /* the current job */
-  eager_range_fn fn;
+  tensor_range_fn fn;
   void *ctx;
   int64_t n;
   int nparts;
@@ -45,7 +47,7 @@ static void run_parts(void)
     int part = pool.next_part++;
     int64_t lo, hi;
     part_range(part, &lo, &hi);
-    eager_range_fn fn = pool.fn;
+    tensor_range_fn fn = pool.fn;
     void *ctx = pool.ctx;
     pthread_mutex_unlock(&pool.lock);
     in_job = true;
@@ -87,11 +89,24 @@ static void start_workers(int n)
   pthread_attr_destroy(&attr);
 }
 
-void eager_parallel(int64_t n, int64_t grain, eager_range_fn fn, void *ctx)
+int tensor_threads(void)
+{
+  static _Atomic int resolved;   /* 0 until first asked */
+  int n = atomic_load_explicit(&resolved, memory_order_relaxed);
+  if (n == 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = tensor_cfg()->threads ? tensor_cfg()->threads
+        : cores > 0 ? (int)cores : 1;
+    atomic_store_explicit(&resolved, n, memory_order_relaxed);
+  }
+  return n;
+}
+
+void tensor_parallel(int64_t n, int64_t grain, tensor_range_fn fn, void *ctx)
 {
   if (n <= 0)
     return;
-  int threads = eager_cfg()->threads;
+  int threads = tensor_threads();
   if (grain < 1)
     grain = 1;
   int64_t parts = n / grain;
