@@ -267,13 +267,6 @@ static const char *const approx_name[KOP__MAX] = {
   [KOP_LOG1P] = "log1p", [KOP_ERF] = "erf",
 };
 
-static const uint8_t arity[KOP__MAX] = {
-#define X(n, a) [KOP_##n] = a,
-  KIR_PRIMS(X)
-#undef X
-  [KOP_CAST] = 1, [KOP_GATHER] = 1,
-};
-
 /* The expression of instruction i over its operands v<arg>. */
 static void instr_expr(rd *r, int i)
 {
@@ -281,7 +274,7 @@ static void instr_expr(rd *r, int i)
   int dt = in->dtype;
   FILE *f = r->f;
   char a[24] = "", b[24] = "", c[24] = "";
-  int n = arity[in->op];
+  int n = kir_arity[in->op];
   if (n > 0) snprintf(a, sizeof a, "v%d", in->arg[0]);
   if (n > 1) snprintf(b, sizeof b, "v%d", in->arg[1]);
   if (n > 2) snprintf(c, sizeof c, "v%d", in->arg[2]);
@@ -391,7 +384,7 @@ static void closure(const kir_kernel *k, int v, uint8_t *mark)
   mark[v] = 1;
   for (int i = v; i >= 0; i--)
     if (mark[i])
-      for (int a = 0; a < arity[k->ins[i].op]; a++)
+      for (int a = 0; a < kir_arity[k->ins[i].op]; a++)
         mark[k->ins[i].arg[a]] = 1;
 }
 
