@@ -309,7 +309,8 @@ TC_API tc_tensor *tc_layer_norm(tc_tensor *x, tc_tensor *gamma,
 /* torch.matmul: [..., m, k] @ [..., k, n] -> [..., m, n], the batch dims
 ** (all but the last two, any number) broadcasting as in NumPy; a 1-D a is
 ** a row [1, k] and a 1-D b a column [k, 1], that dim then removed from the
-** result (1-D @ 1-D is a 0-d dot product). f32 or f64 after promotion.
+** result (1-D @ 1-D is a 0-d dot product). Floating after promotion (f16
+** and bf16 are computed in f32 and rounded once to the result dtype).
 ** Each element is one in-order chain over k (docs/ARCHITECTURE.md). */
 TC_API tc_tensor *tc_matmul(tc_tensor *a, tc_tensor *b);
 

@@ -223,6 +223,17 @@ tc_tensor *tc_stack(tc_tensor **ts, int n, int dim)
 
 /* -- Index select, embedding, gather, scatter ------------------------------- */
 
+/* The dim an indexing op selects along: a must have one; dim may count
+** from the end. Returns it, or -1 with the error set. */
+static int indexed_dim(const char *fn, const tc_tensor *a, int dim)
+{
+  if (a->ndim == 0) {
+    tc_seterr(TC_E_SHAPE, "%s: a must have at least 1 dim", fn);
+    return -1;
+  }
+  return tensor_wrap_dim(fn, dim, a->ndim);
+}
+
 /* TAKE: a's slices along d at idx's values; the result's dims are a's with
 ** d replaced by (nidx, ishape). */
 static tc_tensor *take(const char *fn, tc_tensor *a, int d, tc_tensor *idx,
@@ -253,18 +264,14 @@ tc_tensor *tc_index_select(tc_tensor *a, int dim, tc_tensor *index)
   eager_init();
   if (!all_ok(fn, 2, (tc_tensor *[]){ a, index }))
     return NULL;
-  if (a->ndim == 0) {
-    tc_seterr(TC_E_SHAPE, "%s: a must have at least 1 dim", fn);
+  int d = indexed_dim(fn, a, dim);
+  if (d < 0)
     return NULL;
-  }
   if (index->ndim > 1) {
     tc_seterr(TC_E_SHAPE, "%s: index must be 0-d or 1-D, got %d dims", fn,
               index->ndim);
     return NULL;
   }
-  int d = tensor_wrap_dim(fn, dim, a->ndim);
-  if (d < 0)
-    return NULL;
   return take(fn, a, d, index, 1, &index->numel);
 }
 
@@ -319,11 +326,7 @@ tc_tensor *tc_gather(tc_tensor *a, int dim, tc_tensor *index)
   eager_init();
   if (!all_ok(fn, 2, (tc_tensor *[]){ a, index }))
     return NULL;
-  if (a->ndim == 0) {
-    tc_seterr(TC_E_SHAPE, "%s: a must have at least 1 dim", fn);
-    return NULL;
-  }
-  int d = tensor_wrap_dim(fn, dim, a->ndim);
+  int d = indexed_dim(fn, a, dim);
   if (d < 0 || !index_dtype_ok(fn, index) ||
       !fits_within(fn, index, a, "a", d) ||
       !indices_in_range(fn, index, d, a->shape[d]))
@@ -337,10 +340,9 @@ static tc_tensor *scatter_add(const char *fn, tc_tensor *a, int dim,
   eager_init();
   if (!all_ok(fn, 3, (tc_tensor *[]){ a, index, src }))
     return NULL;
-  if (a->ndim == 0) {
-    tc_seterr(TC_E_SHAPE, "%s: a must have at least 1 dim", fn);
+  int d = indexed_dim(fn, a, dim);
+  if (d < 0)
     return NULL;
-  }
   if (src->dtype != a->dtype || a->dtype == TC_BOOL) {
     tc_seterr(TC_E_DTYPE, "%s: src must have a's dtype, and it may not be "
               "bool (a is %s, src is %s)", fn,
@@ -348,8 +350,7 @@ static tc_tensor *scatter_add(const char *fn, tc_tensor *a, int dim,
               tc_dtype_name((tc_dtype)src->dtype));
     return NULL;
   }
-  int d = tensor_wrap_dim(fn, dim, a->ndim);
-  if (d < 0 || !index_dtype_ok(fn, index) ||
+  if (!index_dtype_ok(fn, index) ||
       !fits_within(fn, index, src, "src", -1) ||
       !fits_within(fn, index, a, "a", d) ||
       !indices_in_range(fn, index, d, a->shape[d]))
@@ -508,7 +509,8 @@ tc_tensor *tc_dropout(tc_tensor *a, double p, bool train, uint64_t seed)
   if (!tensor_arg_ok(fn, a))
     return NULL;
   if (!tensor_dtype_is_float((tc_dtype)a->dtype)) {
-    tc_seterr(TC_E_DTYPE, "%s: a must be f32 or f64, got %s", fn,
+    tc_seterr(TC_E_DTYPE, "%s: a must be floating (f32, f64, f16 or bf16), "
+              "got %s", fn,
               tc_dtype_name((tc_dtype)a->dtype));
     return NULL;
   }

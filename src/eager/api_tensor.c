@@ -178,24 +178,35 @@ tc_tensor *tc_randn(tc_dtype dt, int ndim, const int64_t *shape, uint64_t s)
   return random_tensor(__func__, dt, ndim, shape, s, true);
 }
 
+/* The checks of a tensor made from the caller's memory: its dtype, its
+** shape, and data present unless empty. Returns numel, or -1. */
+static int64_t caller_data_ok(const char *fn, tc_dtype dt, int ndim,
+                              const int64_t *shape, const void *data)
+{
+  eager_init();
+  if (!dtype_ok(fn, dt))
+    return -1;
+  int64_t n = tensor_check_shape(fn, ndim, shape);
+  if (n < 0)
+    return -1;
+  if (!data && n > 0) {
+    tc_seterr_null(fn);
+    return -1;
+  }
+  return n;
+}
+
 tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
                         const void *data, size_t nbytes)
 {
   const char *fn = __func__;
-  eager_init();
-  if (!dtype_ok(fn, dt))
-    return NULL;
-  int64_t n = tensor_check_shape(fn, ndim, shape);
+  int64_t n = caller_data_ok(fn, dt, ndim, shape, data);
   if (n < 0)
     return NULL;
   size_t want = (size_t)n * tensor_dtype_size[dt];
   if (nbytes != want) {
     tc_seterr(TC_E_ARG, "%s: nbytes is %zu but the shape needs %zu", fn,
               nbytes, want);
-    return NULL;
-  }
-  if (!data && n > 0) {
-    tc_seterr_null(fn);
     return NULL;
   }
   tc_tensor *t = create(fn, dt, ndim, shape);
@@ -238,17 +249,8 @@ tc_tensor *tc_from_blob(tc_dtype dt, int ndim, const int64_t *shape,
                         void *ctx)
 {
   const char *fn = __func__;
-  eager_init();
-  if (!dtype_ok(fn, dt))
-    return NULL;
-  int64_t n = tensor_check_shape(fn, ndim, shape);
-  if (n < 0)
-    return NULL;
-  if (!data && n > 0) {
-    tc_seterr_null(fn);
-    return NULL;
-  }
-  if (!blob_ok(fn, dt, data, n))
+  int64_t n = caller_data_ok(fn, dt, ndim, shape, data);
+  if (n < 0 || !blob_ok(fn, dt, data, n))
     return NULL;
   return handed_out(tensor_new_external(dt, ndim, shape, data, deleter, ctx));
 }
