@@ -316,59 +316,34 @@ static bool blas_gemm(blas_args *g)
 
 #endif /* TC_HAVE_CBLAS */
 
+/* Did the BLAS take the call? Only on its path, for a non-empty product
+** it can express; a, b, c are float or double (f64). */
+static bool blas_took(gemm_path p, bool f64, bool ta, bool tb, int64_t m,
+                      int64_t n, int64_t k, const void *a, int64_t lda,
+                      const void *b, int64_t ldb, void *c, int64_t ldc,
+                      eager_gemm_epilogue ep, void *ctx)
+{
+#ifdef TC_HAVE_CBLAS
+  blas_args g = { .ta = ta, .tb = tb, .f64 = f64, .m = m, .n = n, .k = k,
+                  .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b,
+                  .c = c, .ep = ep, .ep_ctx = ctx };
+  return p == GEMM_BLAS && m > 0 && n > 0 && k > 0 && blas_gemm(&g);
+#else
+  (void)p, (void)f64, (void)ta, (void)tb, (void)m, (void)n, (void)k;
+  (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc, (void)ep;
+  (void)ctx;
+  return false;
+#endif
+}
+
 /* -- Entry points ------------------------------------------------------------ */
 
-void eager_gemm_f32_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                       const float *a, int64_t lda, const float *b,
-                       int64_t ldb, float *c, int64_t ldc,
-                       eager_gemm_epilogue ep, void *ctx)
-{
-  gemm_path p = eager_gemm_path();
-#ifdef TC_HAVE_CBLAS
-  if (p == GEMM_BLAS) {
-    blas_args g = { .ta = ta, .tb = tb, .f64 = false, .m = m, .n = n,
-                    .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .a = a,
-                    .b = b, .c = c, .ep = ep, .ep_ctx = ctx };
-    if (m > 0 && n > 0 && k > 0 && blas_gemm(&g))
-      return;
-    p = GEMM_PORTABLE;
-  }
-#endif
-  own_f32(p, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ep, ctx);
-}
-
-void eager_gemm_f64_ep(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                       const double *a, int64_t lda, const double *b,
-                       int64_t ldb, double *c, int64_t ldc,
-                       eager_gemm_epilogue ep, void *ctx)
-{
-  gemm_path p = eager_gemm_path();
-#ifdef TC_HAVE_CBLAS
-  if (p == GEMM_BLAS) {
-    blas_args g = { .ta = ta, .tb = tb, .f64 = true, .m = m, .n = n,
-                    .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .a = a,
-                    .b = b, .c = c, .ep = ep, .ep_ctx = ctx };
-    if (m > 0 && n > 0 && k > 0 && blas_gemm(&g))
-      return;
-    p = GEMM_PORTABLE;
-  }
-#endif
-  own_f64(p, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ep, ctx);
-}
-
-void eager_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                    const float *a, int64_t lda, const float *b, int64_t ldb,
-                    float *c, int64_t ldc)
-{
-  eager_gemm_f32_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
-}
-
-void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                    const double *a, int64_t lda, const double *b,
-                    int64_t ldb, double *c, int64_t ldc)
-{
-  eager_gemm_f64_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
-}
+/* Per element type: the BLAS when it is the path and takes the call, else
+** our kernel (the portable one when the BLAS was the path). */
+#define GEMM_ENTRIES(sfx, T, f64)                                              void eager_gemm_##sfx##_ep(bool ta, bool tb, int64_t m, int64_t n,                                      int64_t k, const T *a, int64_t lda, const T *b,                              int64_t ldb, T *c, int64_t ldc,                                              eager_gemm_epilogue ep, void *ctx)                {                                                                              gemm_path p = eager_gemm_path();                                             if (blas_took(p, f64, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ep, ctx))       return;                                                                    own_##sfx(p == GEMM_BLAS ? GEMM_PORTABLE : p, ta, tb, m, n, k, a, lda,                 b, ldb, c, ldc, ep, ctx);                                        }                                                                            void eager_gemm_##sfx(bool ta, bool tb, int64_t m, int64_t n, int64_t k,                           const T *a, int64_t lda, const T *b, int64_t ldb,                            T *c, int64_t ldc)                                     {                                                                              eager_gemm_##sfx##_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL,                               NULL);                                               }
+GEMM_ENTRIES(f32, float, false)
+GEMM_ENTRIES(f64, double, true)
+#undef GEMM_ENTRIES
 
 /* At library init: OpenBLAS's own threads would otherwise spin (yielding)
 ** after load and steal cycles from every op until the first matmul. */
@@ -859,26 +834,45 @@ static inline GEMM_T G(gemv_step)(bool fma, GEMM_T x, GEMM_T y, GEMM_T s)
 
 /* GEMV_CHAINS dot products of a with rows of w, one scalar chain each.
 ** Kept scalar: GCC's SLP vectorizer packs the chains into vectors with
-** inserts, which costs more than the loads it saves. */
+** inserts, which costs more than the loads it saves. The loop is written
+** once; the two calls below make a copy per constant fma. */
+static inline __attribute__((always_inline)) void
+G(gemv_chains_loop)(const bool fma, int64_t k, const GEMM_T *a, int64_t as,
+                    const GEMM_T *w, int64_t ldw, GEMM_T *c)
+{
+  GEMM_T s[GEMV_CHAINS] = { 0 };
+  for (int64_t p = 0; p < k; p++) {
+    GEMM_T x = a[p * as];
+    for (int q = 0; q < GEMV_CHAINS; q++)
+      s[q] = G(gemv_step)(fma, x, w[q * ldw + p], s[q]);
+  }
+  for (int q = 0; q < GEMV_CHAINS; q++)
+    c[q] = s[q];
+}
+
 __attribute__((optimize("no-tree-slp-vectorize"))) static void
 G(gemv_chains)(bool fma, int64_t k, const GEMM_T *a, int64_t as,
                const GEMM_T *w, int64_t ldw, GEMM_T *c)
 {
-  GEMM_T s[GEMV_CHAINS] = { 0 };
   if (fma)
-    for (int64_t p = 0; p < k; p++) {
-      GEMM_T x = a[p * as];
-      for (int q = 0; q < GEMV_CHAINS; q++)
-        s[q] = GEMM_FMA_FN(x, w[q * ldw + p], s[q]);
-    }
+    G(gemv_chains_loop)(true, k, a, as, w, ldw, c);
   else
-    for (int64_t p = 0; p < k; p++) {
-      GEMM_T x = a[p * as];
-      for (int q = 0; q < GEMV_CHAINS; q++)
-        s[q] = s[q] + x * w[q * ldw + p];
-    }
-  for (int q = 0; q < GEMV_CHAINS; q++)
-    c[q] = s[q];
+    G(gemv_chains_loop)(false, k, a, as, w, ldw, c);
+}
+
+/* acc[j] (j < w) += the dot product of a with column j of b: row by row
+** of b, each row one vectorized update of every chain. Written once; the
+** caller makes a copy per constant fma. */
+static inline __attribute__((always_inline)) void
+G(gemv_rows_loop)(const bool fma, int64_t k, const GEMM_T *a, int64_t as,
+                  const GEMM_T *b, int64_t ldb, int64_t w, GEMM_T *acc)
+{
+  for (int64_t p = 0; p < k; p++) {
+    GEMM_T x = a[p * as];
+    const GEMM_T *row = b + p * ldb;
+    for (int64_t j = 0; j < w; j++)
+      acc[j] = G(gemv_step)(fma, x, row[j], acc[j]);
+  }
 }
 
 static void G(gemv_cols)(const G(gemv_job) *J, int64_t j0, int64_t j1)
@@ -891,16 +885,10 @@ static void G(gemv_cols)(const G(gemv_job) *J, int64_t j0, int64_t j1)
     int64_t w = j1 - j0;
     for (int64_t j = 0; j < w; j++)
       acc[j] = 0;
-    for (int64_t p = 0; p < J->k; p++) {
-      GEMM_T x = a[p * as];
-      const GEMM_T *row = b + p * J->ldb + j0;
-      if (J->fma)
-        for (int64_t j = 0; j < w; j++)
-          acc[j] = GEMM_FMA_FN(x, row[j], acc[j]);
-      else
-        for (int64_t j = 0; j < w; j++)
-          acc[j] = acc[j] + x * row[j];
-    }
+    if (J->fma)
+      G(gemv_rows_loop)(true, J->k, a, as, b + j0, J->ldb, w, acc);
+    else
+      G(gemv_rows_loop)(false, J->k, a, as, b + j0, J->ldb, w, acc);
     memcpy(c + j0, acc, sizeof *acc * (size_t)w);
     return;
   }
