@@ -219,93 +219,53 @@ static gcc_jit_rvalue *maxmin(cg *g, bool max, int dt, gcc_jit_rvalue *x,
   return jb_sel(j, ty(g, dt), c, x, y);
 }
 
-/* -- The storage dtypes: tensor/half.h's steps, as selects ----------------------- */
+/* -- The storage dtypes: tensor/half.h's conversions ------------------------------ */
 
-static gcc_jit_rvalue *U32(cg *g, uint32_t v)
-{
-  return jb_uconst(&g->j, g->j.t->u32, v);
-}
-
-static gcc_jit_rvalue *ubin(cg *g, enum gcc_jit_binary_op op,
-                            gcc_jit_rvalue *a, gcc_jit_rvalue *b)
-{
-  return jb_bin(&g->j, op, a, b);
-}
-
-static gcc_jit_rvalue *usel(cg *g, gcc_jit_rvalue *c, gcc_jit_rvalue *a,
-                            gcc_jit_rvalue *b)
-{
-  return jb_sel(&g->j, g->j.t->u32, c, a, b);
-}
-
-static gcc_jit_rvalue *ucmp(cg *g, enum gcc_jit_comparison op,
-                            gcc_jit_rvalue *a, uint32_t b)
-{
-  return jb_cmp(&g->j, op, a, U32(g, b));
-}
-
-#define UB(op, a, b) ubin(g, GCC_JIT_BINARY_OP_##op, a, b)
-#define AS_F(u) jb_bitcast(j, u, j->t->f32)
-#define AS_U(f) jb_bitcast(j, f, j->t->u32)
+/* half.h's conversions in the JIT dialect (HJ): each value a local of the
+** kernel, each operation a builder call (j in scope). */
+#define HJ_U(name, e)   gcc_jit_rvalue *name = jb_let(j, #name, j->t->u32, (e))
+#define HJ_F(name, e)   gcc_jit_rvalue *name = jb_let(j, #name, j->t->f32, (e))
+#define HJ_K(v)         jb_uconst(j, j->t->u32, (uint32_t)(v))
+#define HJ_BITS(x)      jb_bitcast(j, x, j->t->u32)
+#define HJ_FLOAT(u)     jb_bitcast(j, u, j->t->f32)
+#define HJ_BIN(op, a, b) jb_bin(j, GCC_JIT_BINARY_OP_##op, a, b)
+#define HJ_ADD(a, b)    HJ_BIN(PLUS, a, b)
+#define HJ_SUB(a, b)    HJ_BIN(MINUS, a, b)
+#define HJ_AND(a, b)    HJ_BIN(BITWISE_AND, a, b)
+#define HJ_OR(a, b)     HJ_BIN(BITWISE_OR, a, b)
+#define HJ_XOR(a, b)    HJ_BIN(BITWISE_XOR, a, b)
+#define HJ_SHL(a, n)    HJ_BIN(LSHIFT, a, HJ_K(n))
+#define HJ_SHR(a, n)    HJ_BIN(RSHIFT, a, HJ_K(n))
+#define HJ_GT(a, b)     jb_cmp(j, GCC_JIT_COMPARISON_GT, a, b)
+#define HJ_GE(a, b)     jb_cmp(j, GCC_JIT_COMPARISON_GE, a, b)
+#define HJ_LT(a, b)     jb_cmp(j, GCC_JIT_COMPARISON_LT, a, b)
+#define HJ_EQ(a, b)     jb_cmp(j, GCC_JIT_COMPARISON_EQ, a, b)
+#define HJ_SEL(c, a, b) jb_sel(j, j->t->u32, c, a, b)
 
 /* half_f16_from_f32 / half_bf16_from_f32: f32 -> bits (as u32) */
 static gcc_jit_rvalue *half_bits(cg *g, int dt, gcc_jit_rvalue *x)
 {
   jb *j = &g->j;
-  gcc_jit_rvalue *u = jb_let(j, "hu", j->t->u32, AS_U(x));
   if (dt == TC_BF16) {
-    gcc_jit_rvalue *r = UB(RSHIFT, UB(PLUS, UB(PLUS, u, U32(g, 0x7fffu)),
-                                      UB(BITWISE_AND, UB(RSHIFT, u, U32(g, 16)),
-                                         U32(g, 1))), U32(g, 16));
-    gcc_jit_rvalue *q = UB(BITWISE_OR, UB(RSHIFT, u, U32(g, 16)),
-                           U32(g, 0x40u));
-    return usel(g, ucmp(g, GCC_JIT_COMPARISON_GT,
-                        UB(BITWISE_AND, u, U32(g, 0x7fffffffu)), 0x7f800000u),
-                q, r);
+    HALF_BF16_FROM_F32(HJ, x, bits);
+    return bits;
   }
-  gcc_jit_rvalue *sign = jb_let(j, "hs", j->t->u32,
-                                UB(BITWISE_AND, u, U32(g, 0x80000000u)));
-  gcc_jit_rvalue *a = jb_let(j, "ha", j->t->u32, UB(BITWISE_XOR, u, sign));
-  gcc_jit_rvalue *big = usel(g, ucmp(g, GCC_JIT_COMPARISON_GT, a, 0x7f800000u),
-                             U32(g, 0x7e00u), U32(g, 0x7c00u));
-  gcc_jit_rvalue *sub = UB(MINUS,
-    AS_U(jb_bin(j, GCC_JIT_BINARY_OP_PLUS, AS_F(a), AS_F(U32(g, 126u << 23)))),
-    U32(g, 126u << 23));
-  gcc_jit_rvalue *nrm = UB(RSHIFT,
-    UB(PLUS, UB(PLUS, a, U32(g, ((uint32_t)(15 - 127) << 23) + 0xfffu)),
-       UB(BITWISE_AND, UB(RSHIFT, a, U32(g, 13)), U32(g, 1))), U32(g, 13));
-  gcc_jit_rvalue *h = usel(g, ucmp(g, GCC_JIT_COMPARISON_GE, a, 143u << 23), big,
-                           usel(g, ucmp(g, GCC_JIT_COMPARISON_LT, a, 113u << 23),
-                                sub, nrm));
-  return UB(BITWISE_OR, h, UB(RSHIFT, sign, U32(g, 16)));
+  HALF_F16_FROM_F32(HJ, x, bits);
+  return bits;
 }
 
 /* half_f32_from_f16 / half_f32_from_bf16: bits (any unsigned) -> f32 */
 static gcc_jit_rvalue *half_value(cg *g, int dt, gcc_jit_rvalue *bits)
 {
   jb *j = &g->j;
-  gcc_jit_rvalue *h = jb_let(j, "hb", j->t->u32, jb_cast(j, bits, j->t->u32));
-  if (dt == TC_BF16)
-    return AS_F(UB(LSHIFT, h, U32(g, 16)));
-  gcc_jit_rvalue *o = jb_let(j, "ho", j->t->u32,
-    UB(PLUS, UB(LSHIFT, UB(BITWISE_AND, h, U32(g, 0x7fffu)), U32(g, 13)),
-       U32(g, (uint32_t)(127 - 15) << 23)));
-  gcc_jit_rvalue *e = UB(BITWISE_AND, UB(LSHIFT, h, U32(g, 13)),
-                         U32(g, 0x7c00u << 13));
-  gcc_jit_rvalue *inf = UB(PLUS, o, U32(g, (uint32_t)(128 - 16) << 23));
-  gcc_jit_rvalue *sub = AS_U(jb_bin(j, GCC_JIT_BINARY_OP_MINUS,
-                                    AS_F(UB(PLUS, o, U32(g, 1u << 23))),
-                                    AS_F(U32(g, 113u << 23))));
-  gcc_jit_rvalue *e2 = jb_let(j, "he", j->t->u32, e);
-  o = usel(g, ucmp(g, GCC_JIT_COMPARISON_EQ, e2, 0x7c00u << 13), inf,
-           usel(g, ucmp(g, GCC_JIT_COMPARISON_EQ, e2, 0), sub, o));
-  return AS_F(UB(BITWISE_OR, o, UB(LSHIFT, UB(BITWISE_AND, h, U32(g, 0x8000u)),
-                                   U32(g, 16))));
+  HJ_U(h, jb_cast(j, bits, j->t->u32));
+  if (dt == TC_BF16) {
+    HALF_F32_FROM_BF16(HJ, h, v);
+    return v;
+  }
+  HALF_F32_FROM_F16(HJ, h, v);
+  return v;
 }
-
-#undef UB
-#undef AS_F
-#undef AS_U
 
 /* An f32 rounded to storage dtype dt (an f32 again). */
 static gcc_jit_rvalue *half_round(cg *g, int dt, gcc_jit_rvalue *x)
