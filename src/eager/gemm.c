@@ -72,7 +72,7 @@ static inline int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 ** the machines tc runs on (L1 32-48 KiB, L2 512 KiB - 2 MiB). */
 
 /* Below this many flops a call runs on the calling thread. */
-#define GEMM_MIN_FLOPS (1 << 22)
+#define GEMM_MIN_FLOPS EAGER_GEMM_SPLIT_FLOPS
 /* Rows of op(B) the packing micro-kernel prefetches ahead. */
 #define GEMM_PD 24
 /* A row block's A slice (rows x KC) stays below this in L2. */

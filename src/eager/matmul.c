@@ -74,6 +74,38 @@ static int64_t batch_offset(const tc_tensor *t, const eager_call *c,
   return off;
 }
 
+/* Batches [lo, hi) of one matmul. */
+typedef struct {
+  const eager_call *c;
+  tc_tensor *a, *b, *out;
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb;
+  eager_matmul_epilogue ep;
+  void *ctx;
+} batch_job;
+
+static void batch_range(void *ctx, int64_t lo, int64_t hi)
+{
+  const batch_job *J = ctx;
+  tc_dtype dt = J->out->dtype;
+  int64_t m = J->m, n = J->n, esz = (int64_t)tensor_dtype_size[dt];
+  for (int64_t i = lo; i < hi; i++) {
+    char *pa = (char *)tensor_ptr(J->a) + batch_offset(J->a, J->c, i) * esz;
+    char *pb = (char *)tensor_ptr(J->b) + batch_offset(J->b, J->c, i) * esz;
+    char *pc = (char *)tensor_ptr(J->out) + i * m * n * esz;
+    batch_ep e = { J->ep, J->ctx, J->out, i };
+    eager_gemm_epilogue gep = J->ep ? batch_ep_run : NULL;
+    if (dt == TC_F32)
+      eager_gemm_f32_ep(J->ta, J->tb, m, n, J->k, (float *)pa, J->lda,
+                        (float *)pb, J->ldb, (float *)pc, n > 1 ? n : 1, gep,
+                        &e);
+    else
+      eager_gemm_f64_ep(J->ta, J->tb, m, n, J->k, (double *)pa, J->lda,
+                        (double *)pb, J->ldb, (double *)pc, n > 1 ? n : 1,
+                        gep, &e);
+  }
+}
+
 tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
                            void *ctx)
 {
@@ -96,20 +128,18 @@ tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
   int64_t batch = 1;
   for (int d = 0; d < nd - 2; d++)
     batch *= c->shape[d];
-  size_t esz = tensor_dtype_size[dt];
-  for (int64_t i = 0; i < batch; i++) {
-    char *pa = (char *)tensor_ptr(a) + batch_offset(a, c, i) * (int64_t)esz;
-    char *pb = (char *)tensor_ptr(b) + batch_offset(b, c, i) * (int64_t)esz;
-    char *pc = (char *)tensor_ptr(out) + i * m * n * (int64_t)esz;
-    batch_ep e = { ep, ctx, out, i };
-    eager_gemm_epilogue gep = ep ? batch_ep_run : NULL;
-    if (dt == TC_F32)
-      eager_gemm_f32_ep(ta, tb, m, n, k, (float *)pa, lda, (float *)pb, ldb,
-                        (float *)pc, n > 1 ? n : 1, gep, &e);
-    else
-      eager_gemm_f64_ep(ta, tb, m, n, k, (double *)pa, lda, (double *)pb,
-                        ldb, (double *)pc, n > 1 ? n : 1, gep, &e);
-  }
+  batch_job J = { c, a, b, out, ta, tb, m, n, k, lda, ldb, ep, ctx };
+  /* Small matrices (attention's per-head products): one GEMM per batch
+  ** would run on one thread (too small to split), so batches are split
+  ** across the pool instead, each GEMM on the thread that takes it (a
+  ** nested eager_parallel runs serially). Every element of C is the same
+  ** chain either way (gemm.h), so the bits do not change. */
+  double flops = 2.0 * (double)m * (double)n * (double)k;
+  if (batch > 1 && flops < EAGER_GEMM_SPLIT_FLOPS)
+    eager_parallel(batch, (int64_t)(EAGER_GEMM_SPLIT_FLOPS / (flops + 1)) + 1,
+                   batch_range, &J);
+  else
+    batch_range(&J, 0, batch);
   eager_count(ST_KERNELS_LAUNCHED);
   tensor_unref(a);
   tensor_unref(b);

@@ -125,6 +125,9 @@ static void test_matmul_batched(void **state) {
         "sliced batched @ transposed 2-D", 49);
     run(dt, TU_EXPAND, TC_SHAPE(3, 7, 13), TU_CONTIG, TC_SHAPE(3, 13, 5),
         "expanded batch", 51);
+    /* GEMMs too small to split, enough of them to split the batches */
+    run(dt, TU_CONTIG, TC_SHAPE(48, 64, 40), TU_TRANS, TC_SHAPE(48, 40, 64),
+        "many small batches", 57);
     tu_arr A = make_inner_transposed(dt, 3, 7, 13, 53);
     tu_arr B = make_inner_transposed(dt, 3, 13, 5, 55);
     check_matmul(&A, &B, "batched, inner dims transposed");
