@@ -26,7 +26,8 @@ echo "== training with autograd: eager, then TC_COMPILE=1 (same final loss bits)
 TC_COMPILE=1 ./build/examples/train_mlp 300 | tail -3
 echo
 echo "== GPT training on the GPL text (examples/train_gpt.c): eager, then compiled =="
-./build/examples/train_gpt -n 20 -k 5 -g 120
+echo "   (TC_ASYNC=0: the step compiles at its second run, then runs compiled)"
+TC_ASYNC=0 ./build/examples/train_gpt -n 12 -k 2 -g 120
 echo
 echo "== Llama inference, stories15M shapes with random weights (examples/llama.c) =="
 ckpt=$(mktemp /tmp/tc-demo-stories15M-XXXXXX.safetensors)
