@@ -55,11 +55,14 @@ WORKLOADS = [
     ("W8", "RMSNorm 8192x1024 from primitives", 2.0 * 8192 * 1024 * 4 + 1024 * 4, 0),
     ("W9", "25-op chain on 64 f32, read", 0, 0),
     ("W10", "MLP + bias/gelu epilogues", 0, 2.0 * 256 * 1024 * 4096 * 2),
+    ("W13", "GPT train step 4x128 ctx 64 b 16", 0,      # matmul flops, as gpt_flops()
+     3.0 * (4 * (2.0 * 16 * 64 * (128 * 384 + 128 * 128 + 2 * 128 * 512) + 4.0 * 16 * 64 * 64 * 128)
+            + 2.0 * 16 * 64 * 128 * 96)),
 ]
 
 # The workloads torch.compile also runs (--compile): the ones a fusing
 # compiler changes. Compile time is excluded (the warm-up runs compile).
-COMPILED = ("W1", "W2", "W2p", "W3", "W3p", "W6", "W7", "W8", "W9", "W10")
+COMPILED = ("W1", "W2", "W2p", "W3", "W3p", "W6", "W7", "W8", "W9", "W10", "W13")
 
 
 def cpu_snap():
@@ -251,6 +254,113 @@ def numpy_workloads(rng, reps, w5_loop):
     return out
 
 
+# -- W13: one GPT training step (examples/gpt_model.c's model) ---------------------
+
+GPT = dict(vocab=96, ctx=64, dim=128, layers=4, heads=4, batch=16, lr=1e-3, weight_decay=0.01)
+
+
+def gpt_flops(c):
+    """Matmul flops of one training step, as gpt_step_flops in examples/gpt_model.c."""
+    B, T, C, V = c["batch"], c["ctx"], c["dim"], c["vocab"]
+    per_layer = 2 * B * T * (C * 3 * C + C * C + 2 * C * 4 * C) + 2 * 2 * B * T * T * C
+    return 3 * (c["layers"] * per_layer + 2 * B * T * C * V)
+
+
+assert gpt_flops(GPT) == dict((w[0], w[3]) for w in WORKLOADS)["W13"]
+
+
+def gpt_batch_np(c):
+    """tc-bench's W13 batch: the same seeded synthetic text and windows."""
+    mask = (1 << 64) - 1
+    text, s = [0] * 4096, 13
+    for i in range(1, 4096):
+        s = (s * 6364136223846793005 + 1442695040888963407) & mask
+        step = 1 if (s >> 60) < 12 else (s >> 33) % 96
+        text[i] = (text[i - 1] + step) % 96
+    rng, x, y = 13, [], []
+    for _ in range(c["batch"]):  # splitmix64, as gpt_batch
+        rng = (rng + 0x9E3779B97F4A7C15) & mask
+        z = rng
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        st = (z ^ (z >> 31)) % (4096 - c["ctx"])
+        x.append(text[st:st + c["ctx"]])
+        y.append(text[st + 1:st + c["ctx"] + 1])
+    return np.array(x, dtype=np.int64), np.array(y, dtype=np.int64)
+
+
+def gpt_workload(torch, compile_):
+    """One AdamW training step of the GPT of examples/gpt_model.c (pre-LN
+    blocks, causal multi-head attention written out with masked_fill and
+    softmax, tanh GELU, tied output layer, GPT-2 init), on one fixed batch.
+    compile_: the model's loss through torch.compile and the optimizer step
+    through torch.compile (PyTorch's recipe for compiling a training step)."""
+    nn, F = torch.nn, torch.nn.functional
+    c = GPT
+    V, T, C, L, H = c["vocab"], c["ctx"], c["dim"], c["layers"], c["heads"]
+    torch.manual_seed(13)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.out = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x, mask):
+            B, T_, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+            q, k, v = (t.view(B, T_, H, C // H).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+            att = torch.softmax(att.masked_fill(mask[:T_, :T_], float("-inf")), -1)
+            y = (att @ v).transpose(1, 2).reshape(B, T_, C)
+            x = x + self.proj(y)
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPTModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.lnf = nn.LayerNorm(C)
+            self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    nn.init.zeros_(p)
+                elif p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, 0.01 if name == "wpe.weight" else std)
+
+        def forward(self, idx):
+            x = self.wte(idx) + self.wpe.weight[:idx.shape[1]]
+            for b in self.blocks:
+                x = b(x, self.mask)
+            return self.lnf(x) @ self.wte.weight.t()   # tied output layer
+
+    model = GPTModel()
+    opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], betas=(0.9, 0.99), eps=1e-8,
+                            weight_decay=c["weight_decay"])
+    xn, yn = gpt_batch_np(c)
+    x, y = torch.from_numpy(xn), torch.from_numpy(yn)
+
+    def loss_fn(x, y):
+        return F.cross_entropy(model(x).view(-1, V), y.view(-1))
+    lossf = torch.compile(loss_fn) if compile_ else loss_fn
+    opt_step = torch.compile(opt.step) if compile_ else opt.step
+
+    def step():
+        with torch.enable_grad():
+            opt.zero_grad(set_to_none=True)
+            loss = lossf(x, y)
+            loss.backward()
+            opt_step()
+            return loss.item()
+    losses = [step() for _ in range(3)]
+    check(abs(losses[0] - math.log(V)) < 0.1 and losses[2] < losses[0],
+          f"torch gpt step: losses {losses} (first should be ln({V}), then lower)")
+    return step
+
+
 # -- torch workloads ------------------------------------------------------------
 
 def torch_workloads(torch, reps, w5_loop):
@@ -371,6 +481,7 @@ def torch_workloads(torch, reps, w5_loop):
     check(torch.allclose(chain().double(), ref9, atol=1e-5), "torch chain")
     out["W9"] = (chain, 2000)
     out["W10"] = (mlp, 1)
+    out["W13"] = (gpt_workload(torch, False), 1)
 
     # torch's own fused CPU Adam (one pass over p, g, m, v): what a fusing
     # compiler should approach. Skipped where this torch lacks it.
@@ -392,6 +503,9 @@ def compiled_workloads(torch, reps, w5_loop, selected):
     out = {}
     for wid in COMPILED:
         if wid not in ids:
+            continue
+        if wid == "W13":  # its own compiled step: loss and optimizer step through torch.compile
+            out[wid] = (gpt_workload(torch, True), 1)
             continue
         if wid == "W7":   # the step: Python bookkeeping around a compiled update
             step_fn, update = eager["W7c"]
@@ -437,7 +551,7 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, for a smoke test")
-    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10)")
+    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W13)")
     ap.add_argument("--json", help="write results as JSON to this file")
     ap.add_argument("--tc-json", help="tc-bench --json output: use its floor, show its eager times")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for BLAS/torch (default: all)")
@@ -594,9 +708,11 @@ def main():
           "  ratio     time / floor (1.00x = bandwidth bound); W5 is ns per op, W6 compares GFLOP/s\n"
           "  numpy     plain NumPy as a user writes it (temporaries included); elementwise ufuncs run on\n"
           "            one thread, matmul on OpenBLAS with the threads shown\n"
-          "  torch     PyTorch CPU eager, no autograd; W7f is torch.optim.Adam(fused=True)\n"
+          "  torch     PyTorch CPU eager, no autograd (W13: a training step, with autograd); W7f is\n"
+          "            torch.optim.Adam(fused=True)\n"
           "  torch.compile  the torch function through torch.compile (inductor), after warm-ups that compile\n"
-          "            it; W7 passes the bias corrections as tensors so one graph serves every step\n"
+          "            it; W7 passes the bias corrections as tensors so one graph serves every step;\n"
+          "            W13 compiles the loss (forward; backward by AOTAutograd) and optimizer.step\n"
           "  W4c/W7f   peer-only rows: the fused form of W4 / W7 that a fusing runtime should approach")
 
     if args.json:

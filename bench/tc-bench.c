@@ -780,6 +780,79 @@ static void w10_direct_check(wl *w) {
 #define DIRECT(f) NULL, NULL
 #endif
 
+/* W13: one training step of examples/gpt_model.c's character-level GPT
+** (4 layers, dim 128, 4 heads, context 64, batch 16, vocab 96; forward,
+** cross-entropy, backward, AdamW), as train_gpt runs it, on one fixed batch
+** of a seeded synthetic text. The check trains a fresh model of the same
+** init for 3 steps on that batch: the first loss must be ln(96) (the init is
+** near uniform), the third lower, and all three bitwise equal to the eager
+** check's (so the compiled kernels the timed loop uses give eager's bits). */
+#include "gpt_model.h"
+
+#define W13_STEPS 3
+/* matmul flops of a step (gpt_step_flops), as a constant for the table */
+#define W13_FLOPS \
+  (3.0 * (4 * (2.0 * 16 * 64 * (128 * 384 + 128 * 128 + 2 * 128 * 512) + 4.0 * 16 * 64 * 64 * 128) + \
+          2.0 * 16 * 64 * 128 * 96))
+static const gpt_config w13_cfg = {.vocab = 96, .ctx = 64, .dim = 128, .layers = 4, .heads = 4, .batch = 16,
+                                   .lr = 1e-3, .weight_decay = 0.01};
+static gpt_model w13_model;
+static bool w13_live, w13_have_ref;
+static double w13_ref[W13_STEPS]; /* the eager check's losses */
+
+static void w13_free(void) {
+  if (w13_live) gpt_free(&w13_model);
+  w13_live = false;
+}
+
+static void w13_setup(wl *w) {
+  static bool registered;
+  if (!registered) atexit(w13_free);
+  registered = true;
+  w13_free();
+  if (gpt_init(&w13_model, &w13_cfg, 13) < 0) fail("gpt_init: %s", tc_last_error() ? tc_last_error() : "bad config");
+  w13_live = true;
+  if (gpt_step_flops(&w13_cfg) != W13_FLOPS) fail("W13_FLOPS is not gpt_step_flops (%g)", gpt_step_flops(&w13_cfg));
+  /* Text: a seeded walk over the vocabulary (learnable: mostly +1 steps). */
+  static uint8_t text[4096];
+  uint64_t s = 13;
+  for (size_t i = 0; i < sizeof text; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    text[i] = (uint8_t)(i ? (text[i - 1] + ((s >> 60) < 12 ? 1 : (s >> 33) % 96)) % 96 : 0);
+  }
+  size_t n = (size_t)w13_cfg.batch * (size_t)w13_cfg.ctx;
+  int64_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  if (!x || !y) fail("out of memory");
+  uint64_t rng = 13;
+  gpt_batch(text, sizeof text, w13_cfg.batch, w13_cfg.ctx, &rng, x, y);
+  w->t[0] = CK(tc_from_data(TC_I64, TC_SHAPE(w13_cfg.batch, w13_cfg.ctx), x, n * sizeof *x));
+  w->t[1] = CK(tc_from_data(TC_I64, TC_SHAPE(w13_cfg.batch, w13_cfg.ctx), y, n * sizeof *y));
+  free(x);
+  free(y);
+}
+static void w13_iter(wl *w) {
+  double loss;
+  CKI(gpt_train_step(&w13_model, w->t[0], w->t[1], &loss));
+  if (!isfinite(loss)) fail("gpt step: loss %g", loss);
+}
+static void w13_check(wl *w) {
+  gpt_model m;
+  if (gpt_init(&m, &w13_cfg, 13) < 0) fail("gpt_init: %s", tc_last_error() ? tc_last_error() : "bad config");
+  double loss[W13_STEPS];
+  for (int i = 0; i < W13_STEPS; i++) CKI(gpt_train_step(&m, w->t[0], w->t[1], &loss[i]));
+  gpt_free(&m);
+  if (!close_enough(loss[0], log(96.0), 0.1, 0)) fail("gpt: first loss %.9g, expected ln(96) = %.6f", loss[0], log(96.0));
+  if (!(loss[W13_STEPS - 1] < loss[0])) fail("gpt: loss %.9g after %d steps, not below %.9g", loss[W13_STEPS - 1], W13_STEPS, loss[0]);
+  if (!tc_compile_enabled()) {
+    memcpy(w13_ref, loss, sizeof loss);
+    w13_have_ref = true;
+  } else if (w13_have_ref) {
+    for (int i = 0; i < W13_STEPS; i++)
+      if (memcmp(&loss[i], &w13_ref[i], sizeof loss[i]))
+        fail("gpt: compiled loss of step %d is %a, eager's %a (not bitwise equal)", i + 1, loss[i], w13_ref[i]);
+  }
+}
+
 /* W7: one Adam step over 16M f32 params, in place, as a user writes it. */
 #define ADAM_LR 1e-3
 #define ADAM_B1 0.9
@@ -870,6 +943,8 @@ static wl workloads[] = {
    0},
   {"W10", "MLP + bias/gelu epilogues", w6_setup, w6_iter, w6_check, 1, 0, 2.0 * 256 * 1024 * 4096 * 2, {0}, 0, 0,
    0, "", {0}, {0}, 0, 0},
+  {"W13", "GPT train step 4x128 ctx 64 b 16", w13_setup, w13_iter, w13_check, 1, 0, W13_FLOPS, {0}, 0, 0, 0, "", {0},
+   {0}, 0, 0},
 };
 #define NWL ((int)(sizeof workloads / sizeof workloads[0]))
 
@@ -1356,7 +1431,7 @@ static void usage(FILE *f) {
           "usage: tc-bench [--quick] [--compiled] [--only ID,ID...] [--json FILE] [--reps N] [--keep-going]\n"
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
-          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W3 W4 W4b W5 W6 W6m W7 W10)\n"
+          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W3 W4 W4b W5 W6 W6m W7 W10 W13)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"

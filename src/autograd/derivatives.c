@@ -135,6 +135,22 @@ static tc_tensor *take_grad(const ag_node *x, tc_tensor *g, tc_tensor *b)
   return tc_scatter_add(in_zeros(x, g, 0), d, idx, g2);
 }
 
+/* MATMUL's gradient for b, a^T @ g. When b is one matrix and a has batch
+** dims (x @ W, x [..., m, k]), they fold into the rows as torch does: one
+** GEMM reshape(a, [-1, k])^T @ reshape(g, [-1, n]), each element one chain
+** over every row, instead of a product per batch that the engine would
+** then sum over the batch (a batch of results written, then reduced). */
+static tc_tensor *matmul_grad_b(tc_tensor *a, tc_tensor *b, tc_tensor *g)
+{
+  int nd = tc_ndim(a);
+  if (tc_ndim(b) == 2 && nd > 2 && tc_ndim(g) == nd) {
+    int64_t k = tc_size(a, nd - 1), n = tc_size(g, nd - 1);
+    return tc_matmul(tc_transpose(tc_reshape(a, TC_SHAPE(-1, k)), 0, 1),
+                     tc_reshape(g, TC_SHAPE(-1, n)));
+  }
+  return tc_matmul(tc_transpose(a, -2, -1), g);
+}
+
 /* pow's exponent gradient is 0 where the base is 0 and the exponent >= 0. */
 static tc_tensor *zero_base(tc_tensor *a, tc_tensor *b)
 {

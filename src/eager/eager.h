@@ -141,6 +141,11 @@ void eager_gemm_f64(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 
 /* An epilogue: called as ep(ctx, i0, i1, j0, j1) for the tile of C rows
 ** [i0, i1) x columns [j0, j1). */
+/* Below this many flops a GEMM runs on the calling thread (gemm.c); a
+** batched matmul of GEMMs this small splits its batches across the pool
+** instead (matmul.c). */
+#define EAGER_GEMM_SPLIT_FLOPS (1 << 22)
+
 typedef void (*eager_gemm_epilogue)(void *ctx, int64_t i0, int64_t i1,
                                     int64_t j0, int64_t j1);
 /* eager_gemm_* with an epilogue (ep NULL: none). The tiles partition C:

@@ -67,12 +67,40 @@ static inline int64_t round_up(int64_t n, int64_t r)
 
 static inline int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
+/* dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 block of f32: the
+** transposing copy that packs a transposed B (gemm's pack_b), 8 k steps of
+** 8 of its rows at a time instead of one element at a time. */
+#if GEMM_X86
+__attribute__((target("avx"))) static void
+transpose8x8_f32(const float *src, int64_t lds, float *dst, int64_t ldd)
+{
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; i++)
+    r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; i++) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd,
+                     _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+#endif
+
 /* -- Blocking ---------------------------------------------------------------
 ** None of these change results (gemm.h); they are sized for the caches of
 ** the machines tc runs on (L1 32-48 KiB, L2 512 KiB - 2 MiB). */
 
 /* Below this many flops a call runs on the calling thread. */
-#define GEMM_MIN_FLOPS (1 << 22)
+#define GEMM_MIN_FLOPS EAGER_GEMM_SPLIT_FLOPS
 /* Rows of op(B) the packing micro-kernel prefetches ahead. */
 #define GEMM_PD 24
 /* A row block's A slice (rows x KC) stays below this in L2. */
@@ -623,9 +651,21 @@ static void G(pack_b)(const G(job) *J, int64_t pc, int64_t kc, int64_t j0,
   if (nr < NR)
     memset(bp, 0, sizeof(GEMM_T) * (size_t)(kc * NR));
   if (J->tb) {                  /* B is n x k: read along its rows */
+    int64_t j8 = 0, p8 = 0;
+#if GEMM_X86
+    if (sizeof(GEMM_T) == 4 &&  /* AVX is there: blocks of 8 x 8 */
+        (J->kr == &G(kern_avx512) || J->kr == &G(kern_avx2))) {
+      j8 = nr & ~(int64_t)7;
+      p8 = kc & ~(int64_t)7;
+      for (int64_t j = 0; j < j8; j += 8)
+        for (int64_t p = 0; p < p8; p += 8)
+          transpose8x8_f32((const float *)(J->b + (j0 + j) * J->ldb + pc + p),
+                           J->ldb, (float *)(bp + p * NR + j), NR);
+    }
+#endif
     for (int64_t j = 0; j < nr; j++) {
       const GEMM_T *src = J->b + (j0 + j) * J->ldb + pc;
-      for (int64_t p = 0; p < kc; p++)
+      for (int64_t p = j < j8 ? p8 : 0; p < kc; p++)
         bp[p * NR + j] = src[p];
     }
   } else {

@@ -24,7 +24,7 @@ static void fill(guard_input *g, const tc_tensor *const *ins, int i,
   g->alias = -1;
   for (int j = 0; j < i; j++)
     if (ins[j]->storage && ins[j]->storage == t->storage) {
-      g->alias = (int8_t)j;
+      g->alias = j;
       break;
     }
   for (int d = 0; d < t->ndim; d++) {

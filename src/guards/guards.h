@@ -20,8 +20,9 @@ typedef struct {
   uint8_t dtype;
   uint8_t device;
   uint8_t ndim;
-  int8_t alias;                    /* first earlier input on the same
-                                      storage, or -1 */
+  int32_t alias;                   /* first earlier input on the same
+                                      storage, or -1 (a region may have
+                                      hundreds of inputs: not int8_t) */
   int64_t shape[TC_MAX_DIMS];
   int64_t stride[TC_MAX_DIMS];
 } guard_input;

@@ -75,6 +75,10 @@ static int emit_all(void) {
   tc_tensor *a3 = tc_randn(TC_F64, TC_SHAPE(4, 64, 300), 12);
   tc_tensor *b3 = tc_randn(TC_F64, TC_SHAPE(4, 300, 96), 13);
   bad |= emit("matmul_batched_f64", tc_retain(tc_matmul(a3, b3)));
+  /* attention's shape: small GEMMs, their batches split across threads */
+  tc_tensor *q = tc_randn(TC_F32, TC_SHAPE(16, 4, 64, 32), 14);
+  tc_tensor *k = tc_transpose(tc_randn(TC_F32, TC_SHAPE(16, 4, 64, 32), 15), 2, 3);
+  bad |= emit("matmul_small_batches_f32", tc_retain(tc_matmul(q, k)));
   tc_scope_end(mark);
   fflush(stdout);
   return bad;

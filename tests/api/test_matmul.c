@@ -125,12 +125,47 @@ static void test_matmul_batched(void **state) {
         "sliced batched @ transposed 2-D", 49);
     run(dt, TU_EXPAND, TC_SHAPE(3, 7, 13), TU_CONTIG, TC_SHAPE(3, 13, 5),
         "expanded batch", 51);
+    /* GEMMs too small to split, enough of them to split the batches */
+    run(dt, TU_CONTIG, TC_SHAPE(48, 64, 40), TU_TRANS, TC_SHAPE(48, 40, 64),
+        "many small batches", 57);
     tu_arr A = make_inner_transposed(dt, 3, 7, 13, 53);
     tu_arr B = make_inner_transposed(dt, 3, 13, 5, 55);
     check_matmul(&A, &B, "batched, inner dims transposed");
     tu_free(&A);
     tu_free(&B);
   }
+}
+
+/* x @ W with a batched x: its batch folds into the rows of one GEMM, and
+** each batch's rows are bitwise the 2-D product of that batch alone (plain
+** and transposed W). */
+static void test_matmul_batch_folds_bitwise(void **state) {
+  (void)state;
+  enum { B = 5, M = 37, K = 70, N = 90 };
+  tc_tensor *x = TU_NN(tc_randn(TC_F32, TC_SHAPE(B, M, K), 61));
+  tc_tensor *w = TU_NN(tc_randn(TC_F32, TC_SHAPE(K, N), 62));
+  tc_tensor *wt0 = TU_NN(tc_randn(TC_F32, TC_SHAPE(N, K), 63));
+  tc_tensor *ws[2] = { w, TU_NN(tc_transpose(wt0, 0, 1)) };
+  static float got[B * M * N], one[M * N];
+  for (int v = 0; v < 2; v++) {
+    tc_tensor *y = TU_NN(tc_matmul(x, ws[v]));
+    assert_int_equal(tc_copy_to(y, got, sizeof got), 0);
+    for (int b = 0; b < B; b++) {
+      tc_tensor *xs = TU_NN(tc_slice(x, 0, b, b + 1, 1));
+      tc_tensor *xb = TU_NN(tc_squeeze(xs, 0));
+      tc_tensor *yb = TU_NN(tc_matmul(xb, ws[v]));
+      assert_int_equal(tc_copy_to(yb, one, sizeof one), 0);
+      assert_memory_equal(got + (size_t)b * M * N, one, sizeof one);
+      tc_release(yb);
+      tc_release(xb);
+      tc_release(xs);
+    }
+    tc_release(y);
+  }
+  tc_release(ws[1]);
+  tc_release(wt0);
+  tc_release(w);
+  tc_release(x);
 }
 
 static void test_matmul_empty(void **state) {
@@ -345,6 +380,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_2d),
       cmocka_unit_test(test_matmul_layouts),
       cmocka_unit_test(test_matmul_batched),
+      cmocka_unit_test(test_matmul_batch_folds_bitwise),
       cmocka_unit_test(test_matmul_empty),
       cmocka_unit_test(test_matmul_exact_integers),
       cmocka_unit_test(test_matmul_int),

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "../../src/trace/trace.h"
+#include "../../src/guards/guards.h"
 
 static char *logbuf;
 static size_t loglen;
@@ -289,6 +290,65 @@ static void test_trace_recompile_limit(void **state)
   free(log);
 }
 
+/* A region may have hundreds of inputs: an input past the 128th that
+** shares storage with an earlier one must still match its own guards (the
+** alias index once lived in an int8_t, so such a region failed its guards
+** on every run, was never compiled, and the log said "guard failed: ok").
+** A GPT training step (231 inputs) hit it. */
+enum { MANY = 140 };
+
+static double many_inputs_body(tc_tensor **xs, tc_tensor *y)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *acc = xs[0];
+  for (int i = 1; i < MANY; i++)
+    acc = tc_add(acc, xs[i]);
+  /* two views of one storage, the last inputs of the region */
+  acc = tc_add(acc, tc_slice(y, 0, 0, 4, 1));
+  acc = tc_add(acc, tc_slice(y, 0, 4, 8, 1));
+  double v;
+  assert_int_equal(tc_item(tc_sum_all(acc), &v), 0);
+  tc_scope_end(mark);
+  return v;
+}
+
+static void test_trace_guards_many_inputs_alias(void **state)
+{
+  (void)state;
+  tc_tensor *xs[MANY];
+  for (int i = 0; i < MANY; i++)
+    assert_non_null(xs[i] = tc_rand(TC_F32, TC_SHAPE(4), 100 + i));
+  tc_tensor *y = tc_rand(TC_F32, TC_SHAPE(8), 99);
+
+  /* The guard set itself: inputs 140..149 alias inputs 130..139. */
+  tc_tensor *ins[MANY + 10];
+  for (int i = 0; i < MANY + 10; i++)
+    ins[i] = xs[i < MANY ? i : i - 10];
+  guard_set *g = guard_build(MANY + 10, (const tc_tensor *const *)ins, false);
+  assert_non_null(g);
+  assert_true(guard_check(g, MANY + 10, (const tc_tensor *const *)ins));
+  assert_int_equal(g->in[MANY + 9].alias, MANY - 1);
+  guard_free(g);
+
+  /* And a region with that many inputs: compiled once, reused after. */
+  tc_compile_set(false);
+  double want = many_inputs_body(xs, y);
+  tc_compile_set(true);
+  tc_stats_reset();
+  for (int i = 0; i < 5; i++)
+    assert_true(many_inputs_body(xs, y) == want);
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_int_equal(s.guard_failures, 0);
+  assert_true(s.regions_compiled >= 3);
+  int ns, nv;
+  cache_counts(&ns, &nv);
+  assert_int_equal(nv, 1);
+  for (int i = 0; i < MANY; i++)
+    tc_release(xs[i]);
+  tc_release(y);
+}
+
 /* A chain of k scaled adds: a different structure for every k. */
 static double chain_body(tc_tensor *x, int k)
 {
@@ -411,6 +471,8 @@ int main(void)
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_recompile_limit, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(test_trace_guards_many_inputs_alias,
+                                    setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_region_table_bounded, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_compile_failure_falls_back,
