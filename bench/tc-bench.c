@@ -876,7 +876,7 @@ static void w7_check(wl *w) {
 static struct {
   tc_optimizer *opt;
   tc_tensor *init[4];      /* the parameters' initial values, for the checks */
-  double *pre, *logits;    /* double reference of step 1: 256x4096, 256x1024 */
+  double *pre, *logits;    /* step 1 in double: pre-activations 256x4096; softmax - onehot 256x1024 */
   double loss_ref, dl_scale;
   double loss_eager;       /* step 1's loss, eager (compiled must equal it) */
   bool have_eager;
