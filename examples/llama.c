@@ -4,7 +4,9 @@
 ** over a KV cache, SwiGLU, greedy or temperature sampling. Weights come
 ** from a safetensors file with Hugging Face's Llama names (the layout of
 ** the public stories15M / stories110M checkpoints); `init` writes such a
-** file with random weights, since none can be downloaded here.
+** file with random weights, since none can be downloaded here. The model
+** itself (config, load / init / save, forward, sampling) is in
+** llama_model.c, which tc-bench's W12 shares; this file is the command line.
 **
 **   llama init stories15M|stories110M|tiny PATH [SEED]
 **   llama run PATH [-n TOKENS] [-t TEMPERATURE] [-s SEED] [-m eager|compiled|both]
