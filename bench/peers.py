@@ -37,6 +37,19 @@ M16 = 16 * 1024 * 1024
 GELU_K = math.sqrt(2.0 / math.pi)
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
+# W11's minimum bytes (x; parameters read; pre-activation and logits written
+# and read; gradients written; AdamW reads p, g, m, v, writes p, m, v) and
+# W12's floor (weights and the KV cache rows read once per token), as in
+# tc-bench.c.
+W11_P = 1024 * 4096 + 4096 + 4096 * 1024 + 1024
+W11_BYTES = 256 * 1024 * 4 + W11_P * 4 + 256 * 4096 * 4 * 2 + 256 * 1024 * 4 * 2 + W11_P * 4 + 7 * W11_P * 4
+W11_WD = 0.01
+W11_LR = 1e-5   # as tc-bench's (a higher rate memorizes the 256 targets in a few steps)
+W12_TOKENS = 64
+W12_CFG = dict(dim=288, hidden=768, layers=6, heads=6, vocab=32000, seq_len=256, eps=1e-5, theta=10000.0)
+W12_WBYTES = 4.0 * (6 * (4 * 288 * 288 + 3 * 288 * 768) + 32000 * 288 + 13 * 288)
+W12_BYTES = W12_TOKENS * W12_WBYTES + 2.0 * 6 * 288 * 4 * (W12_TOKENS * (W12_TOKENS + 1) / 2)
+
 # id, description, minimum bytes moved per run (0: no floor), flops per run
 WORKLOADS = [
     ("W1", "gelu (tanh) 16M f32", 2.0 * M16 * 4, 0),
@@ -55,6 +68,8 @@ WORKLOADS = [
     ("W8", "RMSNorm 8192x1024 from primitives", 2.0 * 8192 * 1024 * 4 + 1024 * 4, 0),
     ("W9", "25-op chain on 64 f32, read", 0, 0),
     ("W10", "MLP + bias/gelu epilogues", 0, 2.0 * 256 * 1024 * 4096 * 2),
+    ("W11", "MLP train step (CE, AdamW)", W11_BYTES, 5 * 2.0 * 256 * 1024 * 4096),
+    ("W12", "stories15M decode 64 tokens", W12_BYTES, 0),
     ("W13", "GPT train step 4x128 ctx 64 b 16", 0,      # matmul flops, as gpt_flops()
      3.0 * (4 * (2.0 * 16 * 64 * (128 * 384 + 128 * 128 + 2 * 128 * 512) + 4.0 * 16 * 64 * 64 * 128)
             + 2.0 * 16 * 64 * 128 * 96)),
@@ -62,7 +77,8 @@ WORKLOADS = [
 
 # The workloads torch.compile also runs (--compile): the ones a fusing
 # compiler changes. Compile time is excluded (the warm-up runs compile).
-COMPILED = ("W1", "W2", "W2p", "W3", "W3p", "W6", "W7", "W8", "W9", "W10", "W13")
+COMPILED = ("W1", "W2", "W2p", "W3", "W3p", "W6", "W7", "W8", "W9", "W10", "W11", "W12",
+            "W13")
 
 
 def cpu_snap():
@@ -493,6 +509,8 @@ def torch_workloads(torch, reps, w5_loop):
         out["W7f"] = (opt.step, 1)
     except Exception as e:  # noqa: BLE001
         print(f"peers.py: torch fused Adam unavailable: {e}", file=sys.stderr)
+    out["W11"] = (lazy(lambda: w11_step_fns(torch, False)), 1)
+    out["W12"] = (lazy(lambda: w12_decode_fns(torch, False)), 1)
     return out
 
 
@@ -520,9 +538,196 @@ def compiled_workloads(torch, reps, w5_loop, selected):
                 cu(bc)
             out[wid] = (adam_c, 1)
             continue
+        if wid in ("W11", "W12"):   # the step / the decoder, compiled as a whole (see there)
+            build = w11_step_fns if wid == "W11" else w12_decode_fns
+            out[wid] = (lazy(lambda build=build: build(torch, True)), 1)
+            continue
         fn, inner = eager[wid]
         out[wid] = (torch.compile(fn, dynamic=False), inner)
     return out
+
+
+# -- W11, W12: a training step and decoding (torch only) -------------------------
+
+def w11_step_fns(torch, compiled):
+    """tc-bench's W11: one training step of the W6 MLP (addmm, tanh GELU,
+    cross_entropy, backward, torch.optim.AdamW, the loss read), on fresh
+    parameters. With `compiled`, the step (zero_grad, forward, backward,
+    optimizer step) goes through torch.compile: inductor compiles the
+    forward with its AOT backward and, after the graph break at
+    backward(), the optimizer step. Checked: the first step's loss and b2's
+    gradient against NumPy in double precision, and b2's AdamW update."""
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(11)
+    rn = lambda *s: torch.randn(*s, dtype=torch.float32, generator=gen)
+    x = rn(256, 1024)
+    w1, b1 = rn(1024, 4096) / 32, rn(4096) * 0.1
+    w2, b2 = rn(4096, 1024) / 64, rn(1024) * 0.1
+    y = torch.tensor([((i * 13 + 5) * 2654435761) % 1024 for i in range(256)], dtype=torch.int64)
+    params = [t.clone().requires_grad_(True) for t in (w1, b1, w2, b2)]
+    opt = torch.optim.AdamW(params, lr=W11_LR, betas=(B1, B2), eps=EPS, weight_decay=W11_WD)
+
+    def body():
+        opt.zero_grad(set_to_none=True)
+        pw1, pb1, pw2, pb2 = params
+        logits = torch.addmm(pb2, F.gelu(torch.addmm(pb1, x, pw1), approximate="tanh"), pw2)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    run = torch.compile(body) if compiled else body
+
+    def step():
+        with torch.enable_grad():
+            return float(run())
+
+    # the check: step 1 against double precision
+    xd, w1d, b1d, w2d, b2d = (t.double().numpy() for t in (x, w1, b1, w2, b2))
+    lg = np_gelu(xd @ w1d + b1d) @ w2d + b2d
+    lg -= lg.max(axis=1, keepdims=True)
+    sm = np.exp(lg)
+    sm /= sm.sum(axis=1, keepdims=True)
+    yi = y.numpy()
+    loss_ref = float(-np.log(sm[np.arange(256), yi]).mean())
+    sm[np.arange(256), yi] -= 1
+    gb2_ref = sm.sum(axis=0) / 256
+    loss = step()
+    check(abs(loss - loss_ref) <= 1e-5 + 1e-5 * abs(loss_ref), f"torch mlp step loss {loss} vs {loss_ref}")
+    gb2 = params[3].grad.double().numpy()
+    check(np.allclose(gb2, gb2_ref, atol=1e-7, rtol=1e-3), "torch mlp step: grad b2")
+    upd = b2d * (1 - W11_LR * W11_WD) - W11_LR * gb2 / (np.abs(gb2) + EPS)
+    check(np.allclose(params[3].detach().double().numpy(), upd, atol=1e-7, rtol=1e-6), "torch mlp step: AdamW b2")
+    return step
+
+
+class W12Model:
+    """tc-bench's W12 in torch: the Llama of examples/llama_model.c with
+    stories15M's shapes and random weights (std 0.02, norms 1, lm_head tied
+    to the embedding), greedy decoding of W12_TOKENS tokens from BOS over a
+    KV cache. Eager attends over the cache rows 0..pos (slices); the
+    torch.compile form is gpt-fast's: static shapes (the whole cache with a
+    causal mask, the position as a tensor), so one graph serves every
+    position."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        c = W12_CFG
+        gen = torch.Generator().manual_seed(12)
+        rn = lambda *s: torch.randn(*s, dtype=torch.float32, generator=gen) * 0.02
+        d, hd, L = c["dim"], c["hidden"], c["layers"]
+        self.embed = rn(c["vocab"], d)
+        self.layers = [dict(wq=rn(d, d), wk=rn(d, d), wv=rn(d, d), wo=rn(d, d), wg=rn(hd, d), wu=rn(hd, d),
+                            wd=rn(d, hd), an=torch.ones(d), fn=torch.ones(d)) for _ in range(L)]
+        self.norm = torch.ones(d)
+        h2 = d // c["heads"] // 2
+        inv = c["theta"] ** (-2.0 * torch.arange(h2, dtype=torch.float64) / (2 * h2))
+        ang = torch.arange(c["seq_len"], dtype=torch.float64)[:, None] * inv[None, :]
+        self.cos, self.sin = ang.cos().float(), ang.sin().float()
+        self.kc = torch.zeros(L, c["seq_len"], d)
+        self.vc = torch.zeros(L, c["seq_len"], d)
+        self.mask = torch.full((c["seq_len"], c["seq_len"]), float("-inf")).triu(1)
+
+    def rms(self, x, g):
+        return x * self.torch.rsqrt((x * x).mean(-1, keepdim=True) + W12_CFG["eps"]) * g
+
+    def rope(self, x, cos, sin):   # x (heads, hd); Hugging Face's rotate_half
+        h2 = x.shape[-1] // 2
+        x1, x2 = x[..., :h2], x[..., h2:]
+        return self.torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+    def forward(self, tok, pos, static):
+        """Logits (1, vocab) of token tok (a tensor of one id) at pos (an int,
+        or a tensor of one index when static: a 0-d index would make dynamo
+        read it, a graph break); the projections are F.linear, as nn.Linear."""
+        torch, c = self.torch, W12_CFG
+        lin = torch.nn.functional.linear
+        H, d = c["heads"], c["dim"]
+        hd = d // H
+        x = torch.nn.functional.embedding(tok, self.embed)   # (1, d)
+        cos, sin = self.cos[pos], self.sin[pos]
+        for i, ly in enumerate(self.layers):
+            h = self.rms(x, ly["an"])
+            q = self.rope(lin(h, ly["wq"]).view(H, hd), cos, sin)
+            k = self.rope(lin(h, ly["wk"]).view(H, hd), cos, sin)
+            v = lin(h, ly["wv"])
+            if static:
+                self.kc[i].index_copy_(0, pos, k.reshape(1, d))
+                self.vc[i].index_copy_(0, pos, v)
+                K, V = self.kc[i], self.vc[i]
+            else:
+                self.kc[i, pos] = k.reshape(d)
+                self.vc[i, pos] = v.view(d)
+                K, V = self.kc[i, :pos + 1], self.vc[i, :pos + 1]
+            T = K.shape[0]
+            sc = (q.view(H, 1, hd) @ K.view(T, H, hd).permute(1, 2, 0)) / math.sqrt(hd)   # H 1 T
+            if static:
+                sc = sc + self.mask[pos]
+            o = torch.softmax(sc, -1) @ V.view(T, H, hd).permute(1, 0, 2)                 # H 1 hd
+            x = x + lin(o.reshape(1, d), ly["wo"])
+            h = self.rms(x, ly["fn"])
+            x = x + lin(torch.nn.functional.silu(lin(h, ly["wg"])) * lin(h, ly["wu"]), ly["wd"])
+        return lin(self.rms(x, self.norm), self.embed)
+
+    def logits0_ref(self):
+        """BOS's logits at position 0 in double (attention over one row is V)."""
+        t = lambda a: a.double().numpy()
+        def rms(x, g):
+            return x / np.sqrt((x * x).mean() + W12_CFG["eps"]) * t(g)
+        x = t(self.embed[1])
+        for ly in self.layers:
+            h = rms(x, ly["an"])
+            x = x + (t(ly["wv"]) @ h) @ t(ly["wo"]).T
+            h = rms(x, ly["fn"])
+            g = t(ly["wg"]) @ h
+            x = x + t(ly["wd"]) @ (g / (1 + np.exp(-g)) * (t(ly["wu"]) @ h))
+        return t(self.embed) @ rms(x, self.norm)
+
+
+def w12_decode_fns(torch, compiled):
+    m = W12Model(torch)
+    if compiled:
+        fwd = torch.compile(lambda tok, pos: m.forward(tok, pos, True), dynamic=False)
+        arg = lambda p: torch.tensor([p])
+    else:
+        fwd = lambda tok, pos: m.forward(tok, pos, False)
+        arg = lambda p: p
+
+    def decode(keep=None):
+        tok = torch.tensor([1])   # BOS
+        toks = []
+        for pos in range(W12_TOKENS):
+            logits = fwd(tok, arg(pos))
+            if keep is not None and pos == 0:
+                keep.append(logits.clone())
+            tok = torch.tensor([int(logits.argmax())])   # read, as a decoder does
+            toks.append(int(tok))
+        return toks
+    first = []
+    toks = decode(first)
+    check(np.allclose(first[0].view(-1).double().numpy(), m.logits0_ref(), atol=1e-5, rtol=1e-4),
+          "torch llama: logits at position 0 against double precision")
+    W12_SEEN[compiled] = toks
+    if W12_SEEN.get(not compiled) and W12_SEEN[True] != W12_SEEN[False]:
+        same = sum(a == b for a, b in zip(W12_SEEN[True], W12_SEEN[False]))
+        print(f"peers.py: note: torch W12: eager and torch.compile tokens differ ({same}/{W12_TOKENS} equal)",
+              file=sys.stderr)
+    return decode
+
+
+W12_SEEN = {}   # tokens decoded, by compiled (False/True), compared when both ran
+
+
+def lazy(build):
+    """A workload function made on its first call (a warm-up, untimed): W11
+    and W12 build, check and (for torch.compile) compile there, and only
+    when they are selected."""
+    fn = []
+
+    def run():
+        if not fn:
+            fn.append(build())
+        return fn[0]()
+    return run
 
 
 # -- main -------------------------------------------------------------------------
@@ -551,7 +756,7 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, for a smoke test")
-    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W13)")
+    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W11 W12 W13)")
     ap.add_argument("--json", help="write results as JSON to this file")
     ap.add_argument("--tc-json", help="tc-bench --json output: use its floor, show its eager times")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for BLAS/torch (default: all)")
@@ -713,7 +918,11 @@ def main():
           "  torch.compile  the torch function through torch.compile (inductor), after warm-ups that compile\n"
           "            it; W7 passes the bias corrections as tensors so one graph serves every step;\n"
           "            W13 compiles the loss (forward; backward by AOTAutograd) and optimizer.step\n"
-          "  W4c/W7f   peer-only rows: the fused form of W4 / W7 that a fusing runtime should approach")
+          "  W4c/W7f   peer-only rows: the fused form of W4 / W7 that a fusing runtime should approach\n"
+          "  W11       torch only: the MLP step with autograd and torch.optim.AdamW; torch.compile compiles\n"
+          "            the step function (forward + AOT backward, then the optimizer step)\n"
+          "  W12       torch only: 64 greedy tokens of a stories15M-shaped Llama over a KV cache; torch.compile\n"
+          "            runs the static-shape (masked, gpt-fast style) decode step, one graph for every position")
 
     if args.json:
         with open(args.json, "w") as f:

@@ -41,6 +41,8 @@
 
 #include "tc.h"
 
+#include "llama_model.h" /* W12 (examples/llama_model.c) */
+
 #ifdef TC_HAVE_CBLAS
 #include <cblas.h>
 #endif
@@ -915,6 +917,396 @@ static void w7_check(wl *w) {
   }
 }
 
+/* -- W11: one training step of the W6 MLP ------------------------------------
+** x 256x1024 -> gelu(x @ w1 + b1) (4096) -> logits = h @ w2 + b2 (1024 classes),
+** cross-entropy against i64 targets, backward, AdamW (lr 1e-5, betas
+** 0.9/0.999, eps 1e-8, weight decay 0.01), the loss read with tc_item, as
+** a training loop does (examples/train_mlp.c). The inputs are W6's.
+**
+** The minimum bytes of a step (W11_BYTES), P = 8,393,728 parameters (w1, b1,
+** w2, b2) in f32:
+**   x read once                                      256x1024x4      1.05 MB
+**   parameters read once (forward and backward)      P x 4          33.57 MB
+**   the pre-activation saved for backward: written    256x4096x4x2   8.39 MB
+**     once, read once (GELU recomputed from it)
+**   logits / their gradient: written once, read once 256x1024x4x2   2.10 MB
+**   gradients written once (tc_grad keeps them)      P x 4          33.57 MB
+**   AdamW: read p, g, m, v, write p, m, v            7 x P x 4     235.03 MB
+** total 313.71 MB. The FLOPs (W11_FLOPS): 5 matmuls of 2x256x1024x4096 =
+** 2.147 GFLOP each: forward x@w1 and h@w2, backward dh = dlogits@w2^T,
+** dw2 = h^T@dlogits and dw1 = x^T@dpre (no dx: x needs no gradient); the
+** elementwise work and the bias gradients are small beside them. */
+#define W11_P (1024.0 * 4096 + 4096 + 4096 * 1024 + 1024)
+#define W11_BYTES (256.0 * 1024 * 4 + W11_P * 4 + 256.0 * 4096 * 4 * 2 + 256.0 * 1024 * 4 * 2 + W11_P * 4 + 7 * W11_P * 4)
+#define W11_MM (2.0 * 256 * 1024 * 4096)
+#define W11_FLOPS (5 * W11_MM)
+/* lr 1e-5 keeps the step a real one through the ~20 steps a run takes (the
+** loss goes from 7.2 to about 6); at 1e-3, AdamW's sign-like first steps
+** memorize the 256 targets in 5 steps, and a step with a loss of 0 (its
+** gradients underflowing towards denormals) is not a training step. */
+#define W11_LR 1e-5
+#define W11_WD 0.01
+static struct {
+  tc_optimizer *opt;
+  tc_tensor *init[4];      /* the parameters' initial values, for the checks */
+  double *pre, *logits;    /* step 1 in double: pre-activations 256x4096; softmax - onehot 256x1024 */
+  double loss_ref, dl_scale;
+  double loss_eager;       /* step 1's loss, eager (compiled must equal it) */
+  bool have_eager;
+  double mm_s;             /* median time of tc_matmul(x, w1) (the W6m matmul) */
+  double mm5_s;            /* the step's 5 matmuls (forward and backward shapes) timed alone */
+} w11;
+
+static void w11_free(void) {
+  tc_optimizer_free(w11.opt);
+  for (int i = 0; i < 4; i++) tc_release(w11.init[i]);
+  free(w11.pre);
+  free(w11.logits);
+  memset(&w11, 0, sizeof w11);
+}
+
+static void w11_new_opt(wl *w) {
+  tc_optimizer_free(w11.opt);
+  w11.opt = CKP(tc_adamw(&w->t[1], 4, W11_LR, ADAM_B1, ADAM_B2, ADAM_EPS, W11_WD));
+}
+
+static void w11_setup(wl *w) {
+  w6_setup(w); /* x, w1, b1, w2, b2 */
+  static int64_t y[256];
+  for (long i = 0; i < 256; i++) y[i] = sample_idx(i * 13 + 5, 1024);
+  w->t[5] = CK(tc_from_data(TC_I64, TC_SHAPE(256), y, sizeof y));
+  /* The matmuls' times alone, for the arithmetic of the note (eager; a
+  ** matmul is an extern op, the same kernel compiled): the W6m one, and
+  ** the step's five shapes with their transposes. */
+  tc_tensor *h = CK(tc_randn(TC_F32, TC_SHAPE(256, 4096), 31)), *dl = CK(tc_randn(TC_F32, TC_SHAPE(256, 1024), 32));
+  tc_tensor *w2t = CK(tc_transpose(w->t[3], 0, 1)), *ht = CK(tc_transpose(h, 0, 1));
+  tc_tensor *xt = CK(tc_transpose(w->t[0], 0, 1));
+  tc_tensor *mm[5][2] = {{w->t[0], w->t[1]}, {h, w->t[3]}, {dl, w2t}, {ht, dl}, {xt, h}};
+  w11.mm5_s = 0;
+  for (int k = 0; k < 5; k++) {
+    double s[5];
+    for (int i = 0; i < 5; i++) {
+      double t0 = now_s();
+      consume(CK(tc_matmul(mm[k][0], mm[k][1])));
+      s[i] = now_s() - t0;
+    }
+    w11.mm5_s += median(s + 1, 4);
+    if (k == 0) w11.mm_s = median(s + 1, 4);
+  }
+  tc_release(h), tc_release(dl), tc_release(w2t), tc_release(ht), tc_release(xt);
+  for (int i = 0; i < 4; i++) {
+    tc_tensor *p = w->t[1 + i];
+    int64_t shape[2] = {tc_size(p, 0), tc_ndim(p) == 2 ? tc_size(p, 1) : 1};
+    w11.init[i] = CK(tc_from_data(TC_F32, tc_ndim(p), shape, f32_data(p), (size_t)tc_numel(p) * sizeof(float)));
+    CKI(tc_set_requires_grad(p, true));
+  }
+  static bool registered;
+  if (!registered) atexit(w11_free);
+  registered = true;
+  w11_new_opt(w);
+}
+
+/* One step; returns the loss. */
+static double w11_step(wl *w) {
+  size_t mark = tc_scope_begin();
+  CKI(tc_optimizer_zero_grad(w11.opt));
+  tc_tensor *h = CK(tc_gelu(CK(tc_add(CK(tc_matmul(w->t[0], w->t[1])), w->t[2]))));
+  tc_tensor *logits = CK(tc_add(CK(tc_matmul(h, w->t[3])), w->t[4]));
+  tc_tensor *l = CK(tc_cross_entropy(logits, w->t[5]));
+  CKI(tc_backward(l));
+  CKI(tc_optimizer_step(w11.opt));
+  double loss;
+  CKI(tc_item(l, &loss));
+  tc_scope_end(mark);
+  return loss;
+}
+static void w11_iter(wl *w) { (void)w11_step(w); }
+
+static double gelu_grad_ref(double x) {
+  const double k = sqrt(2.0 / M_PI);
+  double th = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+/* Step 1 in double from the initial parameters: pre-activations, logits,
+** the loss; d loss / d logits = (softmax - onehot) / 256 is then formed
+** from w11.logits where needed. */
+static void w11_reference(wl *w) {
+  const float *x = f32_data(w->t[0]), *w1 = f32_data(w11.init[0]), *b1 = f32_data(w11.init[1]);
+  const float *w2 = f32_data(w11.init[2]), *b2 = f32_data(w11.init[3]);
+  tc_tensor *ya = aliases[naliases++] = CK(tc_to(w->t[5], "cpu"));
+  const int64_t *y = CKP(tc_data(ya));
+  w11.pre = CKP(malloc(256 * 4096 * sizeof(double)));
+  w11.logits = CKP(malloc(256 * 1024 * sizeof(double)));
+  double *h = CKP(malloc(4096 * sizeof(double))), loss = 0;
+  for (long i = 0; i < 256; i++) {
+    double *pre = w11.pre + i * 4096, *lg = w11.logits + i * 1024;
+    for (long j = 0; j < 4096; j++) pre[j] = b1[j];
+    for (long k = 0; k < 1024; k++) {
+      double xv = x[i * 1024 + k];
+      for (long j = 0; j < 4096; j++) pre[j] += xv * w1[k * 4096 + j];
+    }
+    for (long j = 0; j < 4096; j++) h[j] = gelu_ref(pre[j]);
+    for (long j = 0; j < 1024; j++) lg[j] = b2[j];
+    for (long k = 0; k < 4096; k++)
+      for (long j = 0; j < 1024; j++) lg[j] += h[k] * w2[k * 1024 + j];
+    double mx = lg[0], se = 0;
+    for (long j = 1; j < 1024; j++) mx = fmax(mx, lg[j]);
+    for (long j = 0; j < 1024; j++) se += exp(lg[j] - mx);
+    loss += mx + log(se) - lg[y[i]];
+    for (long j = 0; j < 1024; j++) lg[j] = exp(lg[j] - mx) / se - (j == y[i]); /* softmax - onehot */
+  }
+  w11.loss_ref = loss / 256;
+  w11.dl_scale = 1.0 / 256;
+  free(h);
+}
+
+/* The parameters' gradient as floats (a new alias kept until check() ends). */
+static float *w11_grad(tc_tensor *p) {
+  tc_tensor *g = CK(tc_grad(p));
+  float *d = f32_data(g);
+  tc_release(g);
+  return d;
+}
+
+/* Back to the initial parameters and a fresh AdamW, then step 1: its loss
+** against double precision, the gradients (all of b2, samples of w2, w1,
+** b1) against the double-precision backward, and the AdamW update of b2
+** recomputed in double from tc's gradient. Compiled, the loss must also
+** equal eager's bit for bit (compiled equals eager). */
+static void w11_check(wl *w) {
+  bool was = tc_set_grad_enabled(false);
+  for (int i = 0; i < 4; i++) CKI(tc_copy_(w->t[1 + i], w11.init[i]));
+  CKI(tc_sync());
+  tc_set_grad_enabled(was);
+  w11_new_opt(w);
+  if (!w11.pre) w11_reference(w);
+  double loss = w11_step(w);
+  if (!close_enough(loss, w11.loss_ref, 1e-5, 1e-5))
+    fail("mlp step: loss %.9g, expected %.9g", loss, w11.loss_ref);
+  if (!tc_compile_enabled()) {
+    w11.loss_eager = loss;
+    w11.have_eager = true;
+  } else if (w11.have_eager && loss != w11.loss_eager)
+    fail("mlp step: compiled loss %.9g != eager %.9g (compiled must equal eager bitwise)", loss, w11.loss_eager);
+  const float *x = f32_data(w->t[0]), *w2 = f32_data(w11.init[2]), *b2_0 = f32_data(w11.init[3]);
+  const double *dl = w11.logits, sc = w11.dl_scale;
+  float *gb2 = w11_grad(w->t[4]), *gw2 = w11_grad(w->t[3]), *gw1 = w11_grad(w->t[1]), *gb1 = w11_grad(w->t[2]);
+  const float *b2 = f32_data(w->t[4]);
+  for (long j = 0; j < 1024; j++) {
+    double ref = 0;
+    for (long i = 0; i < 256; i++) ref += dl[i * 1024 + j];
+    ref *= sc;
+    if (!close_enough(gb2[j], ref, 1e-7, 1e-3)) fail("mlp step: grad b2[%ld] = %.9g, expected %.9g", j, gb2[j], ref);
+    /* AdamW's first step from m = v = 0: p (1 - lr wd) - lr g / (|g| + eps) */
+    double g = gb2[j], pr = b2_0[j] * (1 - W11_LR * W11_WD) - W11_LR * g / (fabs(g) + ADAM_EPS);
+    if (!close_enough(b2[j], pr, 1e-7, 1e-6)) fail("mlp step: b2[%ld] = %.9g after AdamW, expected %.9g", j, b2[j], pr);
+  }
+  for (long s = 0; s < 256; s++) { /* dw2[k][j] = sum_i gelu(pre[i][k]) dl[i][j] */
+    long k = sample_idx(s, 4096), j = sample_idx(s * 7 + 1, 1024);
+    double ref = 0;
+    for (long i = 0; i < 256; i++) ref += gelu_ref(w11.pre[i * 4096 + k]) * dl[i * 1024 + j];
+    ref *= sc;
+    if (!close_enough(gw2[k * 1024 + j], ref, 1e-6, 1e-3))
+      fail("mlp step: grad w2[%ld,%ld] = %.9g, expected %.9g", k, j, gw2[k * 1024 + j], ref);
+  }
+  double *dpre = CKP(malloc(256 * sizeof(double)));
+  for (long s = 0; s < 32; s++) { /* column j of dpre = (dl @ w2^T)[:, j] * gelu'(pre[:, j]) */
+    long j = sample_idx(s * 5 + 2, 4096);
+    double db1 = 0;
+    for (long i = 0; i < 256; i++) {
+      double dh = 0;
+      for (long n = 0; n < 1024; n++) dh += dl[i * 1024 + n] * w2[j * 1024 + n];
+      dpre[i] = dh * sc * gelu_grad_ref(w11.pre[i * 4096 + j]);
+      db1 += dpre[i];
+    }
+    if (!close_enough(gb1[j], db1, 1e-7, 1e-3)) fail("mlp step: grad b1[%ld] = %.9g, expected %.9g", j, gb1[j], db1);
+    for (long t = 0; t < 8; t++) {
+      long k = sample_idx(s * 8 + t, 1024);
+      double ref = 0;
+      for (long i = 0; i < 256; i++) ref += (double)x[i * 1024 + k] * dpre[i];
+      if (!close_enough(gw1[k * 4096 + j], ref, 1e-7, 1e-3))
+        fail("mlp step: grad w1[%ld,%ld] = %.9g, expected %.9g", k, j, gw1[k * 4096 + j], ref);
+    }
+  }
+  free(dpre);
+}
+
+/* -- W12: stories15M-shaped decoding -----------------------------------------
+** The model of examples/llama_model.c with stories15M's shapes (dim 288, 6
+** layers, 6 heads, hidden 768, vocab 32000, context 256; lm_head tied to
+** the embedding) and random weights made in memory. One iteration decodes
+** W12_TOKENS tokens from BOS at position 0, each sampled from its logits
+** at temperature 0.9 with a fixed seed, as a decoder does (llama.c's
+** sampler: the softmax read, one draw; greedy decoding of random weights
+** repeats one token). The KV cache rows are written before they are read,
+** so no reset is needed between iterations.
+**
+** The floor of decoding (W12_BYTES, per iteration): every weight read once
+** per token, plus the KV cache rows attention reads: at position p, rows
+** 0..p of K and V in every layer.
+**   weights: 6 layers x (4 x 288x288 + 3 x 288x768) + 32000x288 (lm_head)
+**            + norms 13 x 288 = 15,191,712 floats = 60.77 MB (W12_WBYTES)
+**   KV:      sum over p < W12_TOKENS of 2 x 6 x (p + 1) x 288 x 4
+** (the embedding row read per token is negligible and not counted). */
+#define W12_TOKENS 64
+#define W12_TEMP 0.9
+#define W12_WBYTES (4.0 * (6 * (4.0 * 288 * 288 + 3.0 * 288 * 768) + 32000.0 * 288 + 13 * 288))
+#define W12_KVBYTES (2.0 * 6 * 288 * 4 * (W12_TOKENS * (W12_TOKENS + 1) / 2.0))
+#define W12_BYTES (W12_TOKENS * W12_WBYTES + W12_KVBYTES)
+static struct {
+  llama_model m;
+  bool loaded;
+  int toks_eager[W12_TOKENS];
+  bool have_eager;
+  double *logits0;        /* double reference of BOS's logits at position 0 */
+  float *probs;           /* the sampler's scratch, vocab floats */
+} w12;
+
+static void w12_free(void) {
+  if (w12.loaded) llama_free(&w12.m);
+  free(w12.logits0);
+  free(w12.probs);
+  memset(&w12, 0, sizeof w12);
+}
+
+static void w12_setup(wl *w) {
+  (void)w;
+  if (w12.loaded) return;
+  llama_config c;
+  if (llama_preset("stories15M", &c) < 0) fail("llama: no stories15M preset");
+  if (llama_init(&w12.m, &c, 1) < 0) fail("llama_init: %s", errmsg());
+  w12.loaded = true;
+  atexit(w12_free);
+  w12.probs = CKP(malloc(sizeof(float) * (size_t)c.vocab));
+}
+
+/* Decodes W12_TOKENS tokens into toks; logits0 (optional) gets position
+** 0's logits. */
+static void w12_decode(int *toks, float *logits0) {
+  int tok = 1; /* BOS */
+  uint64_t rng = 42;
+  for (int pos = 0; pos < W12_TOKENS; pos++) {
+    size_t mark = tc_scope_begin();
+    tc_tensor *logits = CK(llama_forward(&w12.m, tok, pos));
+    if (pos == 0 && logits0) CKI(tc_copy_to(logits, logits0, sizeof(float) * (size_t)w12.m.c.vocab));
+    tok = llama_sample(logits, W12_TEMP, &rng, w12.probs, w12.m.c.vocab);
+    if (tok < 0) fail("llama_sample: %s", errmsg());
+    tc_scope_end(mark);
+    if (toks) toks[pos] = tok;
+  }
+}
+static void w12_iter(wl *w) {
+  (void)w;
+  w12_decode(NULL, NULL);
+}
+
+/* y = W x for W [rows, cols] (a Linear's weight), in double. */
+static void w12_linear(const float *wt, const double *x, double *y, long rows, long cols) {
+  for (long r = 0; r < rows; r++) {
+    double acc = 0;
+    for (long k = 0; k < cols; k++) acc += (double)wt[r * cols + k] * x[k];
+    y[r] = acc;
+  }
+}
+static void w12_rms_norm(const double *x, const float *g, double *y, long n, double eps) {
+  double ms = 0;
+  for (long i = 0; i < n; i++) ms += x[i] * x[i];
+  double s = 1 / sqrt(ms / (double)n + eps);
+  for (long i = 0; i < n; i++) y[i] = x[i] * s * g[i];
+}
+
+/* BOS at position 0 in double: attention over one position is its value
+** row (softmax of one score is 1), so RoPE and the scores drop out; the
+** rest (norms, projections, SwiGLU, residuals, lm_head) is checked. */
+static void w12_reference(void) {
+  const llama_config *c = &w12.m.c;
+  long d = c->dim, hd = c->hidden, V = c->vocab;
+  double *x = CKP(calloc((size_t)(3 * d + 2 * hd), sizeof(double))), *h = x + d, *t = h + d, *g = t + d,
+         *u = g + hd;
+  const float *emb = f32_data(w12.m.embed);
+  for (long i = 0; i < d; i++) x[i] = emb[1 * d + i];
+  for (int l = 0; l < c->layers; l++) {
+    const llama_layer *ly = &w12.m.l[l];
+    w12_rms_norm(x, f32_data(ly->attn_norm), h, d, c->eps);
+    w12_linear(f32_data(ly->wv), h, t, d, d);   /* v = attention's output */
+    w12_linear(f32_data(ly->wo), t, h, d, d);
+    for (long i = 0; i < d; i++) x[i] += h[i];
+    w12_rms_norm(x, f32_data(ly->ffn_norm), h, d, c->eps);
+    w12_linear(f32_data(ly->w_gate), h, g, hd, d);
+    w12_linear(f32_data(ly->w_up), h, u, hd, d);
+    for (long i = 0; i < hd; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+    w12_linear(f32_data(ly->w_down), g, h, d, hd);
+    for (long i = 0; i < d; i++) x[i] += h[i];
+    while (naliases) tc_release(aliases[--naliases]); /* 7 pointers a layer */
+  }
+  w12_rms_norm(x, f32_data(w12.m.norm), h, d, c->eps);
+  w12.logits0 = CKP(malloc(sizeof(double) * (size_t)V));
+  w12_linear(f32_data(w12.m.lm_head), h, w12.logits0, V, d);
+  free(x);
+}
+
+/* BOS's logits at position 0 against double precision; the eager tokens
+** are kept, and compiled decoding must produce the same ones (compiled
+** equals eager bitwise, so the same draws pick the same tokens). */
+static void w12_check(wl *w) {
+  (void)w;
+  int toks[W12_TOKENS];
+  float *lg = CKP(malloc(sizeof(float) * (size_t)w12.m.c.vocab));
+  CKI(llama_reset_cache(&w12.m));
+  w12_decode(toks, lg);
+  if (!w12.logits0) w12_reference();
+  for (long i = 0; i < w12.m.c.vocab; i++)
+    if (!close_enough(lg[i], w12.logits0[i], 1e-5, 1e-4))
+      fail("llama: logit %ld at position 0 = %.9g, expected %.9g", i, lg[i], w12.logits0[i]);
+  free(lg);
+  if (!tc_compile_enabled()) {
+    memcpy(w12.toks_eager, toks, sizeof toks);
+    w12.have_eager = true;
+  } else if (w12.have_eager) {
+    for (int i = 0; i < W12_TOKENS; i++)
+      if (toks[i] != w12.toks_eager[i])
+        fail("llama: compiled decoding's token %d is %d, eager's %d (compiled must equal eager)", i, toks[i],
+             w12.toks_eager[i]);
+  }
+}
+
+/* The notes under the table: W11's and W12's arithmetic against the floor. */
+static void w11_w12_notes(const wl *w, double bwn) {
+  if (!w->selected || !w->eager.ok) return;
+  double floor_s = w->bytes / (bwn * GB);
+  if (!strcmp(w->id, "W11")) {
+    double mm_rate = W11_MM / w11.mm_s, mm_s = W11_FLOPS / mm_rate;
+    double best_s = fmax(mm_s, w11.mm5_s) + floor_s;
+    printf("W11: a step moves at least %.1f MB (x, parameters read once, pre-activation and logits saved for\n"
+           "     backward, gradients written, AdamW reading p,g,m,v and writing p,m,v: 7 x %.0f params x 4 B):\n"
+           "     floor %.2f ms at %.1f GB/s; %.2f GFLOP in 5 matmuls of 256x1024x4096: at the W6m rate measured here\n"
+           "     (%.1f GFLOP/s, %.2f ms a matmul) the matmuls alone need %.1f ms; the step's 5 shapes (3 with a\n"
+           "     transposed operand) timed alone take %.1f ms. So the best step is about %.1f ms (matmuls + floor).\n"
+           "     Eager %.1f ms, %.1f kernels a step: the 2x goal needs compiled <= %.1f ms, %s\n",
+           W11_BYTES / MB, W11_P, floor_s * 1e3, bwn, W11_FLOPS / GB, mm_rate / GB, w11.mm_s * 1e3, mm_s * 1e3,
+           w11.mm5_s * 1e3, best_s * 1e3, w->eager.med * 1e3, w->eager.launches, w->eager.med * 1e3 / 2,
+           w->eager.med / 2 >= best_s ? "above that bound: reachable" : "below that bound: not reachable");
+    if (w->comp.ok)
+      printf("     compiled %.1f ms (%.2fx eager), %.1f kernels a step; the matmuls alone are %.0f%% of it\n",
+             w->comp.med * 1e3, w->eager.med / w->comp.med, w->comp.launches, 100 * w11.mm5_s / w->comp.med);
+  } else if (!strcmp(w->id, "W12")) {
+    double tok_floor = floor_s / W12_TOKENS;
+    printf("W12: %d tokens a run, sampled (t 0.9), from BOS; floor = weights (%.1f MB) + KV cache rows at the mean context\n"
+           "     (%.1f positions, %.2f MB) read once per token = %.3f ms a token at %.1f GB/s (%.0f tokens/s)\n"
+           "     eager %.1f tokens/s (%.2f ms a token, %.2fx the floor), %.1f kernels a token\n",
+           W12_TOKENS, W12_WBYTES / MB, (W12_TOKENS + 1) / 2.0, W12_KVBYTES / W12_TOKENS / MB, tok_floor * 1e3,
+           bwn, 1 / tok_floor, W12_TOKENS / w->eager.med, w->eager.med * 1e3 / W12_TOKENS,
+           w->eager.med / floor_s, w->eager.launches / W12_TOKENS);
+    if (w->comp.ok)
+      printf("     compiled %.1f tokens/s (%.2f ms a token, %.2fx the floor, %.2fx eager), %.1f kernels a token;\n"
+             "     kernels compiled while decoding in the timed runs: %llu (%llu in the whole compiled phase)\n",
+             W12_TOKENS / w->comp.med, w->comp.med * 1e3 / W12_TOKENS, w->comp.med / floor_s,
+             w->eager.med / w->comp.med, w->comp.launches / W12_TOKENS,
+             (unsigned long long)w->comp.kernels_compiled, (unsigned long long)w->cold_kernels);
+  }
+}
+
 static wl workloads[] = {
   {"W0", "add 16M f32 (a + b)", w0_setup, w0_iter, w0_check, 1, 3.0 * M16 * 4, 0, {0}, 0, 0, 0, "", {0}, {0},
    0, 0},
@@ -943,8 +1335,12 @@ static wl workloads[] = {
    0},
   {"W10", "MLP + bias/gelu epilogues", w6_setup, w6_iter, w6_check, 1, 0, 2.0 * 256 * 1024 * 4096 * 2, {0}, 0, 0,
    0, "", {0}, {0}, 0, 0},
-  {"W13", "GPT train step 4x128 ctx 64 b 16", w13_setup, w13_iter, w13_check, 1, 0, W13_FLOPS, {0}, 0, 0, 0, "", {0},
-   {0}, 0, 0},
+  {.id = "W11", .name = "MLP train step (CE, AdamW)", .setup = w11_setup, .iter = w11_iter, .check = w11_check,
+   .inner = 1, .bytes = W11_BYTES, .flops = W11_FLOPS},
+  {.id = "W12", .name = "stories15M decode 64 tokens", .setup = w12_setup, .iter = w12_iter, .check = w12_check,
+   .inner = 1, .bytes = W12_BYTES},
+  {.id = "W13", .name = "GPT train step 4x128 ctx 64 b 16", .setup = w13_setup, .iter = w13_iter,
+   .check = w13_check, .inner = 1, .flops = W13_FLOPS},
 };
 #define NWL ((int)(sizeof workloads / sizeof workloads[0]))
 
@@ -1368,6 +1764,7 @@ static void print_table(int nth, double bw1, double bwn, double bwn_end, double 
     if (w->failed) printf("     FAILED (compiled): %s\n", w->err);
   }
   print_direct(nth);
+  for (int i = 0; i < NWL; i++) w11_w12_notes(&workloads[i], bwn);
   for (int i = 0; i < NWL; i++) {
     const wl *w = &workloads[i];
     if (w->selected && w->eager.ok && w->eager.pool_misses > 0)
@@ -1431,7 +1828,8 @@ static void usage(FILE *f) {
           "usage: tc-bench [--quick] [--compiled] [--only ID,ID...] [--json FILE] [--reps N] [--keep-going]\n"
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
-          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W3 W4 W4b W5 W6 W6m W7 W10 W13)\n"
+          "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W2p W3 W3p W4 W4b W5 W6 W6m W7 W8 W9 W10 W11 W12\n"
+          "                W13)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"
