@@ -183,6 +183,12 @@ F1(reshape, tc_reshape(x[0], TC_SHAPE(3, 4)))
 F1(reshape_copy, tc_reshape(tc_transpose(x[0], 0, 1), TC_SHAPE(12)))
 F1(slice, tc_slice(x[0], 1, 1, 6, 2))
 F1(slice_of_t, tc_slice(tc_transpose(x[0], 0, 1), 0, 0, 5, 3))
+/* Step-1 slices are padded back with zeros (box views): in the middle of a
+** dim, in two dims at once, of a transposed input, and a single row. */
+F1(box_mid, tc_slice(x[0], 1, 2, 5, 1))
+F1(box_2d, tc_slice(tc_slice(x[0], 0, 1, 3, 1), 2, 1, 3, 1))
+F1(box_of_t, tc_slice(tc_transpose(x[0], 0, 1), 0, 3, 7, 1))
+F1(box_row, tc_slice(x[0], 0, 1, 2, 1))
 F1(expand, tc_mul(tc_expand(x[0], TC_SHAPE(2, 3, 4)), x[1]))
 F1(unsqueeze, tc_unsqueeze(x[0], 1))
 F1(squeeze, tc_squeeze(x[0], 1))
@@ -322,6 +328,10 @@ static const gcase cases[] = {
   C1(reshape_copy, ANY, 2, 3, 4),
   C1(slice, ANY, 2, 3, 7),
   C1(slice_of_t, ANY, 2, 3, 7),
+  C1(box_mid, ANY, 2, 3, 7),
+  C1(box_2d, ANY, 3, 4, 3, 4),
+  C1(box_of_t, ANY, 2, 3, 8),
+  C1(box_row, ANY, 2, 3, 7),
   C2(expand, ANY, ANY, 2, SH(3, 1), 3, SH(2, 3, 4)),
   C1(unsqueeze, ANY, 2, 3, 4),
   C1(squeeze, ANY, 3, 3, 1, 4),
