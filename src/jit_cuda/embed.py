@@ -1,12 +1,31 @@
 #!/usr/bin/env python3
-# embed.py IN OUT SYMBOL -- write OUT, a C file defining `const char
-# SYMBOL[]` as the bytes of IN: the CUDA renderer embeds approx.h's text, so
-# the device math is the very file eager C is built from.
+# embed.py IN OUT SYMBOL [INC...] -- write OUT, a C file defining `const char
+# SYMBOL[]` as the bytes of IN, with each line `#include "NAME"` whose NAME
+# is the file name of an INC replaced by that file's text (at every such
+# line: approx.h includes approx_body.h once per precision). The CUDA
+# renderer embeds approx.h's text, so the device math is the very text
+# eager C is built from, and NVRTC, which has no include path, gets it whole.
+import os
+import re
 import sys
 
 src, out, sym = sys.argv[1], sys.argv[2], sys.argv[3]
-with open(src, encoding='utf-8') as f:
-    text = f.read()
+incs = {os.path.basename(p): p for p in sys.argv[4:]}
+
+
+def read(path):
+    with open(path, encoding='utf-8') as f:
+        return f.read()
+
+
+text = ''
+for line in read(src).splitlines(True):
+    m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+    if m and m.group(1) in incs:
+        body = read(incs[m.group(1)])
+        text += body if body.endswith('\n') else body + '\n'
+    else:
+        text += line
 lines = []
 for line in text.splitlines(True):
     esc = line.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
