@@ -462,6 +462,214 @@ static int assign_steps(fb *b)
   return 0;
 }
 
+/* -- Horizontal fusion ------------------------------------------------------
+** Grouping is greedy and in order: a value joins the latest group of its
+** shape whose inputs are ready, else starts one. Groups of one shape that
+** do not depend on each other stay apart when something between them
+** (an extern op: a matmul of the backward) computes what the later one
+** needs: each parameter's optimizer update is then a kernel of its own.
+** This pass moves such a group forward into the next group of its shape
+** (a MAP group over the same points, or a general ROWS group over the
+** same row space) when nothing between them reads its values, so
+** independent same-shape work is one kernel with several outputs. Values
+** are still computed by the same expressions (bitwise the same); only the
+** moment changes, and place_values then decides write-backs from the new
+** order. */
+
+typedef enum { GK_NONE, GK_MAP, GK_ROWS } group_kind;
+
+static group_kind group_of(const fb *b, int s)
+{
+  const fuse_step *st = &b->p->steps[s];
+  if (st->kind != FSTEP_KERNEL)
+    return GK_NONE;
+  if (b->si[s].general)
+    return GK_ROWS;
+  return st->node < 0 && b->si[s].first_member >= 0 ? GK_MAP : GK_NONE;
+}
+
+static bool same_group_shape(const fb *b, group_kind k, int s, int t)
+{
+  if (k == GK_ROWS)
+    return rowspace_eq(&b->si[s].rs, &b->si[t].rs);
+  return same_shape(&b->g->nodes[b->si[s].first_member],
+                    &b->g->nodes[b->si[t].first_member]);
+}
+
+/* Does step s read the fresh result of the matmul just before it (so it
+** may run as that matmul's per-tile epilogue: mark_epilogues)? */
+static bool epilogue_candidate(const fb *b, int s)
+{
+  const fuse_graph *g = b->g;
+  const fuse_step *m = s > 0 ? &b->p->steps[s - 1] : NULL;
+  if (!m || m->kind != FSTEP_EXTERN || g->nodes[m->node].op != TC_OP_MATMUL)
+    return false;
+  for (int c = 0; c < g->nnodes; c++)
+    if (b->eval_step[c] == s)
+      for (int e = 0; e < g->nodes[c].nin; e++)
+        if (g->nodes[c].in[e].src == m->node)
+          return true;
+  return false;
+}
+
+/* Does step s hold a node that must start a kernel, or a write-back? */
+static bool step_has(const fb *b, int s, bool fresh, bool dest)
+{
+  const fuse_graph *g = b->g;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (b->step[i] != s)
+      continue;
+    if (fresh && b->fresh[i])
+      return true;
+    for (int o = 0; dest && o < g->noutputs; o++)
+      if (g->out_node[o] == i && g->out_dest[o] >= 0)
+        return true;
+  }
+  return false;
+}
+
+/* What steps s and t together would need of a kernel's limits (kir.h),
+** over-estimated: each evaluated node a few instructions and all of its
+** op's scalars, each stored value or reduction a pass and a buffer, each
+** distinct stored source a buffer (a viewed read one more). */
+static bool fits_together(const fb *b, int s, int t, int *mark, int stamp)
+{
+  const fuse_graph *g = b->g;
+  int bufs = 0, ins = 0, scal = 0, passes = 0;
+  for (int c = 0; c < g->nnodes; c++) {
+    int es = b->eval_step[c];
+    if (es != s && es != t)
+      continue;
+    const fuse_node *nd = &g->nodes[c];
+    ins += 8;
+    scal += op_table[nd->op].nsc + (kind_of(nd) != NK_PW);
+    if (b->step[c] == es) {
+      passes += 1 + (kind_of(nd) != NK_PW);
+      bufs++;
+    }
+    for (int e = 0; e < nd->nin; e++) {
+      int src = nd->in[e].src;
+      if (src == FUSE_ABSENT || (src >= 0 && !b->store[src]) ||
+          (src >= 0 && b->step[src] == es && !nd->in[e].viewed))
+        continue;
+      int key = src < 0 ? g->nnodes + (-src - 1) : src;
+      if (nd->in[e].viewed || mark[key] != stamp)
+        bufs++;
+      mark[key] = stamp;
+    }
+  }
+  return bufs <= KIR_MAX_BUFS && ins <= KIR_MAX_INSTRS &&
+         scal <= KIR_MAX_SCALARS && passes <= KIR_MAX_PASSES;
+}
+
+/* May group a move to group z (a < z)? Nothing evaluated between them may
+** read a's values (and a sum_all's copy between them neither); z itself
+** may read them at its own points (a MAP group: as its members read each
+** other), never through a view, and a ROWS group not at all (its row
+** reads are checked by grouping, which did not see them together). */
+static bool can_move(const fb *b, int a, int z, bool rows)
+{
+  const fuse_graph *g = b->g;
+  for (int c = 0; c < g->nnodes; c++) {
+    int es = b->eval_step[c];
+    if (es <= a || es > z)
+      continue;
+    for (int e = 0; e < g->nodes[c].nin; e++) {
+      int src = g->nodes[c].in[e].src;
+      if (src >= 0 && b->store[src] && b->step[src] == a &&
+          (es < z || rows || g->nodes[c].in[e].viewed))
+        return false;
+    }
+  }
+  for (int t = a + 1; t < z; t++) {
+    const fuse_step *st = &b->p->steps[t];
+    if (st->kind == FSTEP_COPY && st->node >= 0) {
+      int src = g->nodes[st->node].in[0].src;
+      if (src >= 0 && b->store[src] && b->step[src] == a)
+        return false;
+    }
+  }
+  return true;
+}
+
+/* Drop the steps that merging emptied, renumbering the rest. */
+static int compact_steps(fb *b, const bool *gone)
+{
+  fuse_plan *p = b->p;
+  const fuse_graph *g = b->g;
+  int *to = malloc(sizeof *to * ((size_t)p->nsteps + 1));
+  if (!to)
+    return fail(b, "out of memory");
+  int n = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    if (gone[s]) {
+      free(p->steps[s].k);
+      to[s] = -1;
+      continue;
+    }
+    to[s] = n;
+    p->steps[n] = p->steps[s];
+    b->si[n] = b->si[s];
+    n++;
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    if (b->step[i] >= 0)
+      b->step[i] = to[b->step[i]];
+    if (b->eval_step[i] >= 0)
+      b->eval_step[i] = to[b->eval_step[i]];
+  }
+  p->nsteps = n;
+  free(to);
+  return 0;
+}
+
+static int merge_groups(fb *b)
+{
+  const fuse_graph *g = b->g;
+  fuse_plan *p = b->p;
+  bool *gone = calloc((size_t)p->nsteps + 1, sizeof *gone);
+  int *mark = calloc((size_t)(g->nnodes + g->ninputs) + 1, sizeof *mark);
+  if (!gone || !mark) {
+    free(gone);
+    free(mark);
+    return fail(b, "out of memory");
+  }
+  int stamp = 0;
+  bool any = false;
+  for (int a = 0; a < p->nsteps; a++) {
+    group_kind k = group_of(b, a);
+    if (k == GK_NONE || step_has(b, a, true, false))
+      continue;
+    /* A group that writes back is no matmul's epilogue (mark_epilogues),
+    ** and would stop z from being one. */
+    bool dest = step_has(b, a, false, true);
+    if (!dest && epilogue_candidate(b, a))
+      continue;
+    for (int z = a + 1; z < p->nsteps; z++) {
+      if (group_of(b, z) != k || !same_group_shape(b, k, a, z))
+        continue;
+      if (!can_move(b, a, z, k == GK_ROWS))
+        break;   /* a later group is past the same reader */
+      bool epi = dest && !step_has(b, z, false, true) &&
+                 epilogue_candidate(b, z);
+      if (epi || !fits_together(b, a, z, mark, ++stamp))
+        continue;
+      for (int i = 0; i < g->nnodes; i++) {
+        if (b->step[i] == a)
+          b->step[i] = z;
+        if (b->eval_step[i] == a)
+          b->eval_step[i] = z;
+      }
+      gone[a] = any = true;
+      break;
+    }
+  }
+  int rc = any ? compact_steps(b, gone) : 0;
+  free(gone);
+  free(mark);
+  return rc;
+}
+
 /* Can output node n (write-back to input `dest`) be stored straight into
 ** the target? Only when no step reads the target's storage after n's step,
 ** and n's own (MAP) step reads it only at the point it writes. */
@@ -1401,7 +1609,8 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
     goto done;
   }
   analyse(&b);
-  if (assign_steps(&b) < 0 || place_values(&b) < 0)
+  if (assign_steps(&b) < 0 || merge_groups(&b) < 0 ||
+      place_values(&b) < 0)
     goto done;
   rc = 0;
   for (int s = 0; s < p->nsteps && rc == 0; s++) {
