@@ -79,6 +79,10 @@ typedef struct {
   bool *copy;           /* SUM_ALL nodes whose operand is copied dense */
   int *copy_temp;       /* ... into this temp */
   bool *fresh;          /* nodes that start a kernel of their own */
+  bool *nodirect;       /* per-row values of a ROWS kernel not to store
+                           straight into their write-back target */
+  int *seen;            /* per node: loads_storage's visit stamp */
+  int seen_stamp;
   int retry;            /* 1 when the attempt asked for another one */
   /* a kernel limit hit: which member was being built, and whether it was
   ** the first of its kernel */
@@ -280,6 +284,38 @@ static bool same_shape(const fuse_node *a, const fuse_node *b)
   return true;
 }
 
+/* Is edge e a view that is index arithmetic over its source's value: no
+** offset, and each dim either broadcast (stride 0), of size 1, or walking
+** one whole dim of the source (its contiguous stride and size; each source
+** dim at most once, in any order: unsqueeze, squeeze, expand, permute,
+** transpose, reshapes that only add or drop 1s)? Then a pointwise user
+** can evaluate the source at the view's coordinates (view_map) instead of
+** loading it stored. *vm gets, per source dim, the view dim it follows
+** (-1: coordinate 0). */
+static bool view_mappable(const fuse_graph *g, const fuse_edge *e, int *vm)
+{
+  if (!e->viewed || e->src < 0 || e->geom.offset != 0)
+    return false;
+  const fuse_node *sn = &g->nodes[e->src];
+  int64_t cst[TC_MAX_DIMS];
+  tensor_contiguous_strides(sn->ndim, sn->shape, cst);
+  for (int i = 0; i < sn->ndim; i++)
+    vm[i] = -1;
+  for (int j = 0; j < e->geom.ndim; j++) {
+    int64_t size = e->geom.shape[j], st = e->geom.stride[j];
+    if (size == 1 || st == 0)
+      continue;
+    int i = 0;
+    while (i < sn->ndim && !(sn->shape[i] == size && cst[i] == st))
+      i++;
+    if (i == sn->ndim || vm[i] >= 0)
+      return false;
+    vm[i] = j;
+  }
+  /* a source dim nobody walks is read at 0 only: fine with no offset */
+  return true;
+}
+
 static void analyse(fb *b)
 {
   const fuse_graph *g = b->g;
@@ -290,8 +326,12 @@ static void analyse(fb *b)
       if (s < 0)
         continue;
       b->consumers[s]++;
-      /* Views and externs read stored values. */
-      if (n->in[e].viewed || kind_of(n) == NK_EXTERN)
+      /* Views and externs read stored values; a pointwise user evaluates
+      ** a view that is index arithmetic (view_mappable) in place. */
+      int vm[TC_MAX_DIMS];
+      if ((n->in[e].viewed &&
+           !(kind_of(n) == NK_PW && view_mappable(g, &n->in[e], vm))) ||
+          kind_of(n) == NK_EXTERN)
         b->store[s] = true;
     }
     if (kind_of(n) != NK_PW)
@@ -623,6 +663,134 @@ static int compact_steps(fb *b, const bool *gone)
   return 0;
 }
 
+/* -- Recomputing cheap values ------------------------------------------------
+** A pointwise value stored only because it has several users (it is no
+** output, no view or extern reads it) whose users are all evaluated by one
+** kernel other than its own needs no buffer: that kernel computes it (once
+** per point: eval caches it) from what it reads. Done when the value is
+** cheap (a few arithmetic, comparison or select nodes) and its operands
+** move no more bytes per point than storing and loading it would (a
+** broadcast operand counts nothing). So the target mask that a
+** cross-entropy's forward and backward both read, and the masked gradient
+** that log_softmax's backward reads twice, are recomputed inside the ROWS
+** kernel that reads them, as AOT Autograd's partitioner recomputes cheap
+** forward values in the backward instead of saving them. */
+
+static bool cheap_op(tc_op op)
+{
+  switch (op) {
+  case TC_OP_NEG: case TC_OP_ABS: case TC_OP_RELU: case TC_OP_CAST:
+  case TC_OP_ADD: case TC_OP_SUB: case TC_OP_MUL: case TC_OP_MAXIMUM:
+  case TC_OP_MINIMUM: case TC_OP_EQ: case TC_OP_NE: case TC_OP_LT:
+  case TC_OP_LE: case TC_OP_GT: case TC_OP_GE: case TC_OP_WHERE:
+  case TC_OP_MASKED_FILL: case TC_OP_ADDS: case TC_OP_SUBS: case TC_OP_MULS:
+  case TC_OP_RSUBS: case TC_OP_CLAMP: case TC_OP_EQS: case TC_OP_NES:
+  case TC_OP_LTS: case TC_OP_LES: case TC_OP_GTS: case TC_OP_GES:
+  case TC_OP_FILL: case TC_OP_DIV: case TC_OP_DIVS: case TC_OP_RDIVS:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static int64_t numel_of(int ndim, const int64_t *shape)
+{
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++)
+    n *= shape[d];
+  return n;
+}
+
+/* Node n's inlined tree: its size in *nodes, whether every node is cheap,
+** and the bytes per point of its reads that are not broadcast (numel
+** ones; *bytes). */
+static bool cheap_tree(const fb *b, int n, int64_t numel, int *nodes,
+                       int64_t *bytes)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  if (kind_of(nd) != NK_PW || nd->op == TC_OP_TAKE ||
+      !cheap_op((tc_op)nd->op) || ++*nodes > 8)
+    return false;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src, sndim;
+    if (src == FUSE_ABSENT)
+      continue;
+    if (src >= 0 && !b->store[src]) {   /* inlined (maybe by a view) */
+      if (!cheap_tree(b, src, numel, nodes, bytes))
+        return false;
+      continue;
+    }
+    const int64_t *sh = edge_shape(g, &nd->in[e], &sndim);
+    tc_dtype dt = src < 0 ? (tc_dtype)g->inputs[-src - 1]->dtype
+                          : (tc_dtype)g->nodes[src].dtype;
+    if (numel_of(sndim, sh) == numel)
+      *bytes += (int64_t)tensor_dtype_size[dt];
+  }
+  return true;
+}
+
+static void set_eval_step(fb *b, int n, int s)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  b->eval_step[n] = s;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src >= 0 && !b->store[src])
+      set_eval_step(b, src, s);
+  }
+}
+
+static void recompute_cheap(fb *b, bool *gone)
+{
+  const fuse_graph *g = b->g;
+  bool *out = calloc((size_t)g->nnodes + 1, sizeof *out);
+  if (!out)
+    return;   /* nothing recomputed: still a valid plan */
+  for (int o = 0; o < g->noutputs; o++)
+    out[g->out_node[o]] = true;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    const fuse_node *nd = &g->nodes[i];
+    int t = b->step[i];
+    if (!b->store[i] || out[i] || b->force[i] || kind_of(nd) != NK_PW ||
+        t < 0 || group_of(b, t) != GK_MAP || b->consumers[i] < 2)
+      continue;
+    int s = -1;
+    bool ok = true;
+    for (int c = i + 1; c < g->nnodes && ok; c++)
+      for (int e = 0; e < g->nodes[c].nin && ok; e++) {
+        if (g->nodes[c].in[e].src != i)
+          continue;
+        int es = b->eval_step[c];
+        ok = !g->nodes[c].in[e].viewed && kind_of(&g->nodes[c]) != NK_EXTERN
+             && es >= 0 && es != t && (s < 0 || es == s);
+        s = es;
+      }
+    if (!ok || s < 0 || group_of(b, s) == GK_NONE ||
+        (group_of(b, s) == GK_ROWS && reads_step(b, i, s)))
+      continue;
+    int nodes = 0;
+    int64_t bytes = 0;
+    bool was = b->store[i];
+    b->store[i] = false;   /* as cheap_tree sees an inlined root */
+    ok = cheap_tree(b, i, numel_of(nd->ndim, nd->shape), &nodes, &bytes) &&
+         bytes <= 2 * (int64_t)tensor_dtype_size[nd->dtype];
+    if (!ok) {
+      b->store[i] = was;
+      continue;
+    }
+    b->step[i] = -1;
+    set_eval_step(b, i, s);
+    int first = -1;
+    for (int j = 0; j < g->nnodes && first < 0; j++)
+      if (b->step[j] == t)
+        first = j;
+    b->si[t].first_member = first;
+    gone[t] = first < 0;
+  }
+  free(out);
+}
+
 static int merge_groups(fb *b)
 {
   const fuse_graph *g = b->g;
@@ -634,10 +802,13 @@ static int merge_groups(fb *b)
     free(mark);
     return fail(b, "out of memory");
   }
+  recompute_cheap(b, gone);
   int stamp = 0;
   bool any = false;
+  for (int a = 0; a < p->nsteps; a++)
+    any |= gone[a];
   for (int a = 0; a < p->nsteps; a++) {
-    group_kind k = group_of(b, a);
+    group_kind k = gone[a] ? GK_NONE : group_of(b, a);
     if (k == GK_NONE || step_has(b, a, true, false))
       continue;
     /* A group that writes back is no matmul's epilogue (mark_epilogues),
@@ -646,7 +817,7 @@ static int merge_groups(fb *b)
     if (!dest && epilogue_candidate(b, a))
       continue;
     for (int z = a + 1; z < p->nsteps; z++) {
-      if (group_of(b, z) != k || !same_group_shape(b, k, a, z))
+      if (gone[z] || group_of(b, z) != k || !same_group_shape(b, k, a, z))
         continue;
       if (!can_move(b, a, z, k == GK_ROWS))
         break;   /* a later group is past the same reader */
@@ -678,8 +849,19 @@ static bool dest_direct(fb *b, int n, int dest)
   const fuse_graph *g = b->g;
   const tc_tensor *d = g->inputs[dest];
   int s = b->step[n];
-  if (b->p->steps[s].node >= 0)   /* a ROWS kernel rereads its rows */
-    return false;
+  if (b->p->steps[s].node >= 0) {
+    /* A ROWS kernel rereads its rows. Only a per-row value of a general
+    ** one (one STORE_ROW element per row, read in this kernel only at its
+    ** own element: the checks below) goes straight to its target, its
+    ** pass placed after every pass that reads the target
+    ** (build_rows_general: order_row_stores). */
+    const fuse_node *nd = &g->nodes[n];
+    row_class c = b->si[s].general
+                  ? row_class_of(&b->si[s].rs, nd->ndim, nd->shape)
+                  : RC_NONE;
+    if (b->nodirect[n] || (c != RC_ROWK && c != RC_ROWR))
+      return false;
+  }
   for (int o = 0; o < g->noutputs; o++) {   /* one writer per storage */
     int od = g->out_dest[o];
     if (od >= 0 && od != dest && g->inputs[od]->storage == d->storage)
@@ -1020,6 +1202,18 @@ static int eval_edge_at(fb *b, const fuse_edge *e, const vmap *om)
 {
   if (!e->viewed && e->src >= 0)
     return eval(b, e->src, om);
+  int vm[TC_MAX_DIMS];
+  if (e->src >= 0 && !b->store[e->src]) {
+    /* an inlined value read through a view (analyse: view_mappable) */
+    if (b->flat)   /* a flat row steps at one stride: store it (retry) */
+      return fail(b, "sum_all over a view");
+    if (!view_mappable(b->g, e, vm))
+      return fail(b, "a view of an inlined value");
+    vmap sm = { .ndim = b->g->nodes[e->src].ndim };
+    for (int i = 0; i < sm.ndim; i++)
+      sm.map[i] = vm[i] < 0 ? -1 : om->map[vm[i]];
+    return eval(b, e->src, &sm);
+  }
   fuse_ref r;
   int64_t off, vst[TC_MAX_DIMS];
   tc_dtype dt;
@@ -1237,6 +1431,81 @@ static int row_len_value(fb *b, int n, tc_dtype dt)
   return scalar_slot(b, b->g->nodes[n].orig, FUSE_SCALAR_ROW_LEN, dt);
 }
 
+/* Does evaluating node n in step s load from storage st (through its
+** inputs, values stored into write-back targets, and the pointwise values
+** it computes in place)? Each node is visited once per b->seen_stamp. */
+static bool loads_storage(fb *b, int n, int s, const tensor_storage *st)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  if (b->seen[n] == b->seen_stamp)
+    return false;
+  b->seen[n] = b->seen_stamp;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src == FUSE_ABSENT)
+      continue;
+    if (src < 0) {
+      if (g->inputs[-src - 1]->storage == st)
+        return true;
+    } else if (b->store[src] && b->step[src] != s) {
+      fuse_ref r = b->where[src];
+      if (r.kind == FREF_DEST &&
+          g->inputs[g->out_dest[r.index]]->storage == st)
+        return true;
+    } else if (kind_of(&g->nodes[src]) == NK_PW &&
+               loads_storage(b, src, s, st)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The storage that per-row value n of a ROWS kernel writes in place, or
+** NULL. */
+static const tensor_storage *row_target(const fb *b, int n)
+{
+  fuse_ref r = b->where[n];
+  return r.kind == FREF_DEST ? b->g->inputs[b->g->out_dest[r.index]]->storage
+                             : NULL;
+}
+
+/* Order the per-row stores vals[0..n) so that a pass writing a target in
+** place comes after every pass that loads it: each pass then sees the
+** buffers as they were when the kernel started, whether the backend runs
+** a row's passes together (row mode) or each pass over all rows (split
+** mode). A cycle (two values that read each other's targets) is not
+** ordered: those values go through temporaries on the next attempt. */
+static int order_row_stores(fb *b, int s, int *vals, int n)
+{
+  for (int done = 0; done < n; done++) {
+    int pick = -1;
+    for (int i = done; i < n && pick < 0; i++) {
+      const tensor_storage *w = row_target(b, vals[i]);
+      bool ok = true;
+      for (int j = done; j < n && ok && w; j++) {
+        if (j == i)
+          continue;
+        b->seen_stamp++;
+        ok = !loads_storage(b, vals[j], s, w);
+      }
+      if (ok)
+        pick = i;
+    }
+    if (pick < 0) {
+      for (int i = done; i < n; i++)
+        if (row_target(b, vals[i]))
+          b->nodirect[vals[i]] = true;
+      b->retry = 1;
+      return fail(b, "per-row write-backs that read each other");
+    }
+    int v = vals[pick];
+    memmove(&vals[done + 1], &vals[done], sizeof *vals * (size_t)(pick - done));
+    vals[done] = v;
+  }
+  return 0;
+}
+
 /* A general ROWS kernel: a REDUCE pass per reduction, in order (each
 ** folds its operand, which may use the earlier ones' row values), then a
 ** STORE pass for each value to store of the full row shape, then a
@@ -1304,26 +1573,45 @@ static int build_rows_general(fb *b, int s)
       return b->reason[0] ? -1 : fail(b, "kernel too large");
     b->rowval[i] = rv;
   }
-  for (int pass = 0; pass < 2; pass++)   /* full-row stores, then per-row */
+  /* full-row stores, then per-row ones (ordered: order_row_stores) */
+  int nvals = 0, *vals = malloc(sizeof *vals * ((size_t)g->nnodes + 1));
+  if (!vals)
+    return fail(b, "out of memory");
+  for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < g->nnodes; i++) {
       const fuse_node *nd = &g->nodes[i];
       if (b->step[i] != s || b->where[i].kind == FREF_NONE)
         continue;
       row_class c = row_class_of(rs, nd->ndim, nd->shape);
-      if ((c == RC_FULL) != (pass == 0))
-        continue;
-      const vmap *m = c == RC_FULL ? &full : c == RC_ROWK ? &rowk : &rowr;
-      if (kind_of(nd) == NK_PW) {   /* (a reduction's was built above) */
-        b->first = b->member < 0;
-        b->member = i;
-      }
-      int v = eval(b, i, m);
-      if (v < 0)
-        return -1;
-      if (store(b, i, m, c == RC_FULL ? KIR_PASS_STORE
-                         : KIR_PASS_STORE_ROW, v) < 0)
-        return -1;
+      if ((c == RC_FULL) == (pass == 0))
+        vals[nvals++] = i;
     }
+  int nfullv = 0;
+  while (nfullv < nvals &&
+         row_class_of(rs, g->nodes[vals[nfullv]].ndim,
+                      g->nodes[vals[nfullv]].shape) == RC_FULL)
+    nfullv++;
+  if (order_row_stores(b, s, vals + nfullv, nvals - nfullv) < 0) {
+    free(vals);
+    return -1;
+  }
+  for (int x = 0; x < nvals; x++) {
+    int i = vals[x];
+    const fuse_node *nd = &g->nodes[i];
+    row_class c = row_class_of(rs, nd->ndim, nd->shape);
+    const vmap *m = c == RC_FULL ? &full : c == RC_ROWK ? &rowk : &rowr;
+    if (kind_of(nd) == NK_PW) {   /* (a reduction's was built above) */
+      b->first = b->member < 0;
+      b->member = i;
+    }
+    int v = eval(b, i, m);
+    if (v < 0 || store(b, i, m, c == RC_FULL ? KIR_PASS_STORE
+                                : KIR_PASS_STORE_ROW, v) < 0) {
+      free(vals);
+      return -1;
+    }
+  }
+  free(vals);
   kir_collapse(k, !b->dynamic);
   return 0;
 }
@@ -1565,7 +1853,8 @@ static bool split_at(fb *b, int m, bool first)
 
 static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
                              bool *copy, int *copy_temp, bool *fresh,
-                             int *retry, char *reason, size_t rlen)
+                             bool *nodirect, int *retry, char *reason,
+                             size_t rlen)
 {
   fb b;
   memset(&b, 0, sizeof b);
@@ -1573,6 +1862,7 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   b.copy = copy;
   b.copy_temp = copy_temp;
   b.fresh = fresh;
+  b.nodirect = nodirect;
   b.member = -1;
   b.g = g;
   b.dynamic = dynamic;
@@ -1590,9 +1880,11 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   b.cache = calloc(nn, sizeof *b.cache);
   b.cache_vm = calloc(nn, sizeof *b.cache_vm);
   b.rowval = calloc(nn, sizeof *b.rowval);
+  b.seen = calloc(nn, sizeof *b.seen);
   int rc = -1;
   if (!p || !b.consumers || !b.store || !b.step || !b.eval_step ||
-      !b.last_user || !b.where || !b.cache || !b.cache_vm || !b.rowval) {
+      !b.last_user || !b.where || !b.cache || !b.cache_vm || !b.rowval ||
+      !b.seen) {
     fail(&b, "out of memory");
     goto done;
   }
@@ -1647,6 +1939,7 @@ done:
   free(b.si);
   free(b.cache_vm);
   free(b.rowval);
+  free(b.seen);
   free(b.where);
   free(b.cache);
   *retry = b.retry;
@@ -1860,9 +2153,10 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   size_t nn = (size_t)g->nnodes + 1;
   bool *force = calloc(nn, sizeof *force), *copy = calloc(nn, sizeof *copy);
   bool *fresh = calloc(nn, sizeof *fresh);
+  bool *nodirect = calloc(nn, sizeof *nodirect);
   int *copy_temp = calloc(nn, sizeof *copy_temp);
   fuse_plan *p = NULL;
-  if (!force || !copy || !copy_temp || !fresh) {
+  if (!force || !copy || !copy_temp || !fresh || !nodirect) {
     snprintf(reason, rlen, "out of memory");
   } else {
     /* Each retry stores or copies one more operand, or splits a kernel
@@ -1870,7 +2164,8 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
     for (int attempt = 0; attempt < TUNE_FUSE_ATTEMPTS(g->nnodes) && !p;
          attempt++) {
       int retry = 0;
-      p = build_once(g, dynamic, force, copy, copy_temp, fresh, &retry,
+      p = build_once(g, dynamic, force, copy, copy_temp, fresh, nodirect,
+                     &retry,
                      reason, rlen);
       if (!retry)
         break;
@@ -1879,6 +2174,7 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   free(force);
   free(copy);
   free(fresh);
+  free(nodirect);
   free(copy_temp);
   free((void *)gx.nodes);
   free((void *)gx.out_node);
