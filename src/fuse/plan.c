@@ -1836,7 +1836,18 @@ static int largest_inlined(const fb *b, int n, int *size)
 static bool split_at(fb *b, int m, bool first)
 {
   if (!first) {
-    b->fresh[m] = true;
+    /* A general ROWS kernel is split between its reductions: the second
+    ** half starts a kernel, and the per-row values that read them follow
+    ** (a value split off alone would leave its reduction's kernel for a
+    ** MAP kernel of its own, one value per attempt). */
+    int s = b->cur, nred = 0, half = -1;
+    for (int i = 0; s >= 0 && b->si[s].general && i < b->g->nnodes; i++)
+      nred += b->step[i] == s && kind_of(&b->g->nodes[i]) != NK_PW;
+    for (int i = 0, k = 0; nred >= 2 && half < 0; i++)
+      if (b->step[i] == s && kind_of(&b->g->nodes[i]) != NK_PW &&
+          k++ == nred / 2)
+        half = i;
+    b->fresh[half >= 0 ? half : m] = true;
     return true;
   }
   int total = inlined_size(b, m), size, cut = largest_inlined(b, m, &size);
