@@ -162,9 +162,19 @@ int tc_optimizer_step(tc_optimizer *o)
   eager_init();
   if (!o)
     return tc_seterr_null(__func__), -1;
+  /* Under TC_COMPILE=1 a lazily made parameter or state tensor (a scaled
+  ** randn, SGD's first momentum buffer) would take the update as a new lazy
+  ** value rather than a pending write: tc_sync below would have nothing to
+  ** complete and every step would extend one lazy chain. Compute such
+  ** tensors first (once: afterwards they are stored and written in place). */
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < 3 * o->n; i++)
+    if (o->params[i] && o->params[i]->lazy)
+      rc = tc_realize(o->params[i]);
+  if (rc < 0)
+    return -1;
   bool was = tc_set_grad_enabled(false);
   o->steps++;
-  int rc = 0;
   for (int i = 0; rc == 0 && i < o->n; i++) {
     tc_tensor *g = grad_of(o->params[i]);
     if (!g)

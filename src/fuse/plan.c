@@ -79,6 +79,10 @@ typedef struct {
   bool *copy;           /* SUM_ALL nodes whose operand is copied dense */
   int *copy_temp;       /* ... into this temp */
   bool *fresh;          /* nodes that start a kernel of their own */
+  bool *nodirect;       /* per-row values of a ROWS kernel not to store
+                           straight into their write-back target */
+  int *seen;            /* per node: loads_storage's visit stamp */
+  int seen_stamp;
   int retry;            /* 1 when the attempt asked for another one */
   /* a kernel limit hit: which member was being built, and whether it was
   ** the first of its kernel */
@@ -280,6 +284,38 @@ static bool same_shape(const fuse_node *a, const fuse_node *b)
   return true;
 }
 
+/* Is edge e a view that is index arithmetic over its source's value: no
+** offset, and each dim either broadcast (stride 0), of size 1, or walking
+** one whole dim of the source (its contiguous stride and size; each source
+** dim at most once, in any order: unsqueeze, squeeze, expand, permute,
+** transpose, reshapes that only add or drop 1s)? Then a pointwise user
+** can evaluate the source at the view's coordinates (view_map) instead of
+** loading it stored. *vm gets, per source dim, the view dim it follows
+** (-1: coordinate 0). */
+static bool view_mappable(const fuse_graph *g, const fuse_edge *e, int *vm)
+{
+  if (!e->viewed || e->src < 0 || e->geom.offset != 0)
+    return false;
+  const fuse_node *sn = &g->nodes[e->src];
+  int64_t cst[TC_MAX_DIMS];
+  tensor_contiguous_strides(sn->ndim, sn->shape, cst);
+  for (int i = 0; i < sn->ndim; i++)
+    vm[i] = -1;
+  for (int j = 0; j < e->geom.ndim; j++) {
+    int64_t size = e->geom.shape[j], st = e->geom.stride[j];
+    if (size == 1 || st == 0)
+      continue;
+    int i = 0;
+    while (i < sn->ndim && !(sn->shape[i] == size && cst[i] == st))
+      i++;
+    if (i == sn->ndim || vm[i] >= 0)
+      return false;
+    vm[i] = j;
+  }
+  /* a source dim nobody walks is read at 0 only: fine with no offset */
+  return true;
+}
+
 static void analyse(fb *b)
 {
   const fuse_graph *g = b->g;
@@ -290,8 +326,12 @@ static void analyse(fb *b)
       if (s < 0)
         continue;
       b->consumers[s]++;
-      /* Views and externs read stored values. */
-      if (n->in[e].viewed || kind_of(n) == NK_EXTERN)
+      /* Views and externs read stored values; a pointwise user evaluates
+      ** a view that is index arithmetic (view_mappable) in place. */
+      int vm[TC_MAX_DIMS];
+      if ((n->in[e].viewed &&
+           !(kind_of(n) == NK_PW && view_mappable(g, &n->in[e], vm))) ||
+          kind_of(n) == NK_EXTERN)
         b->store[s] = true;
     }
     if (kind_of(n) != NK_PW)
@@ -462,6 +502,345 @@ static int assign_steps(fb *b)
   return 0;
 }
 
+/* -- Horizontal fusion ------------------------------------------------------
+** Grouping is greedy and in order: a value joins the latest group of its
+** shape whose inputs are ready, else starts one. Groups of one shape that
+** do not depend on each other stay apart when something between them
+** (an extern op: a matmul of the backward) computes what the later one
+** needs: each parameter's optimizer update is then a kernel of its own.
+** This pass moves such a group forward into the next group of its shape
+** (a MAP group over the same points, or a general ROWS group over the
+** same row space) when nothing between them reads its values, so
+** independent same-shape work is one kernel with several outputs. Values
+** are still computed by the same expressions (bitwise the same); only the
+** moment changes, and place_values then decides write-backs from the new
+** order. */
+
+typedef enum { GK_NONE, GK_MAP, GK_ROWS } group_kind;
+
+static group_kind group_of(const fb *b, int s)
+{
+  const fuse_step *st = &b->p->steps[s];
+  if (st->kind != FSTEP_KERNEL)
+    return GK_NONE;
+  if (b->si[s].general)
+    return GK_ROWS;
+  return st->node < 0 && b->si[s].first_member >= 0 ? GK_MAP : GK_NONE;
+}
+
+static bool same_group_shape(const fb *b, group_kind k, int s, int t)
+{
+  if (k == GK_ROWS)
+    return rowspace_eq(&b->si[s].rs, &b->si[t].rs);
+  return same_shape(&b->g->nodes[b->si[s].first_member],
+                    &b->g->nodes[b->si[t].first_member]);
+}
+
+/* Does step s read the fresh result of the matmul just before it (so it
+** may run as that matmul's per-tile epilogue: mark_epilogues)? */
+static bool epilogue_candidate(const fb *b, int s)
+{
+  const fuse_graph *g = b->g;
+  const fuse_step *m = s > 0 ? &b->p->steps[s - 1] : NULL;
+  if (!m || m->kind != FSTEP_EXTERN || g->nodes[m->node].op != TC_OP_MATMUL)
+    return false;
+  for (int c = 0; c < g->nnodes; c++)
+    if (b->eval_step[c] == s)
+      for (int e = 0; e < g->nodes[c].nin; e++)
+        if (g->nodes[c].in[e].src == m->node)
+          return true;
+  return false;
+}
+
+/* Does step s hold a node that must start a kernel, or a write-back? */
+static bool step_has(const fb *b, int s, bool fresh, bool dest)
+{
+  const fuse_graph *g = b->g;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (b->step[i] != s)
+      continue;
+    if (fresh && b->fresh[i])
+      return true;
+    for (int o = 0; dest && o < g->noutputs; o++)
+      if (g->out_node[o] == i && g->out_dest[o] >= 0)
+        return true;
+  }
+  return false;
+}
+
+/* What steps s and t together would need of a kernel's limits (kir.h),
+** over-estimated: each evaluated node a few instructions and all of its
+** op's scalars, each stored value or reduction a pass and a buffer, each
+** distinct stored source a buffer (a viewed read one more). */
+static bool fits_together(const fb *b, int s, int t, int *mark, int stamp)
+{
+  const fuse_graph *g = b->g;
+  int bufs = 0, ins = 0, scal = 0, passes = 0;
+  for (int c = 0; c < g->nnodes; c++) {
+    int es = b->eval_step[c];
+    if (es != s && es != t)
+      continue;
+    const fuse_node *nd = &g->nodes[c];
+    ins += 8;
+    scal += op_table[nd->op].nsc + (kind_of(nd) != NK_PW);
+    if (b->step[c] == es) {
+      passes += 1 + (kind_of(nd) != NK_PW);
+      bufs++;
+    }
+    for (int e = 0; e < nd->nin; e++) {
+      int src = nd->in[e].src;
+      if (src == FUSE_ABSENT || (src >= 0 && !b->store[src]) ||
+          (src >= 0 && b->step[src] == es && !nd->in[e].viewed))
+        continue;
+      int key = src < 0 ? g->nnodes + (-src - 1) : src;
+      if (nd->in[e].viewed || mark[key] != stamp)
+        bufs++;
+      mark[key] = stamp;
+    }
+  }
+  return bufs <= KIR_MAX_BUFS && ins <= KIR_MAX_INSTRS &&
+         scal <= KIR_MAX_SCALARS && passes <= KIR_MAX_PASSES;
+}
+
+/* May group a move to group z (a < z)? Nothing evaluated between them may
+** read a's values (and a sum_all's copy between them neither); z itself
+** may read them at its own points (a MAP group: as its members read each
+** other), never through a view, and a ROWS group not at all (its row
+** reads are checked by grouping, which did not see them together). */
+static bool can_move(const fb *b, int a, int z, bool rows)
+{
+  const fuse_graph *g = b->g;
+  for (int c = 0; c < g->nnodes; c++) {
+    int es = b->eval_step[c];
+    if (es <= a || es > z)
+      continue;
+    for (int e = 0; e < g->nodes[c].nin; e++) {
+      int src = g->nodes[c].in[e].src;
+      if (src >= 0 && b->store[src] && b->step[src] == a &&
+          (es < z || rows || g->nodes[c].in[e].viewed))
+        return false;
+    }
+  }
+  for (int t = a + 1; t < z; t++) {
+    const fuse_step *st = &b->p->steps[t];
+    if (st->kind == FSTEP_COPY && st->node >= 0) {
+      int src = g->nodes[st->node].in[0].src;
+      if (src >= 0 && b->store[src] && b->step[src] == a)
+        return false;
+    }
+  }
+  return true;
+}
+
+/* Drop the steps that merging emptied, renumbering the rest. */
+static int compact_steps(fb *b, const bool *gone)
+{
+  fuse_plan *p = b->p;
+  const fuse_graph *g = b->g;
+  int *to = malloc(sizeof *to * ((size_t)p->nsteps + 1));
+  if (!to)
+    return fail(b, "out of memory");
+  int n = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    if (gone[s]) {
+      free(p->steps[s].k);
+      to[s] = -1;
+      continue;
+    }
+    to[s] = n;
+    p->steps[n] = p->steps[s];
+    b->si[n] = b->si[s];
+    n++;
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    if (b->step[i] >= 0)
+      b->step[i] = to[b->step[i]];
+    if (b->eval_step[i] >= 0)
+      b->eval_step[i] = to[b->eval_step[i]];
+  }
+  p->nsteps = n;
+  free(to);
+  return 0;
+}
+
+/* -- Recomputing cheap values ------------------------------------------------
+** A pointwise value stored only because it has several users (it is no
+** output, no view or extern reads it) whose users are all evaluated by one
+** kernel other than its own needs no buffer: that kernel computes it (once
+** per point: eval caches it) from what it reads. Done when the value is
+** cheap (a few arithmetic, comparison or select nodes) and its operands
+** move no more bytes per point than storing and loading it would (a
+** broadcast operand counts nothing). So the target mask that a
+** cross-entropy's forward and backward both read, and the masked gradient
+** that log_softmax's backward reads twice, are recomputed inside the ROWS
+** kernel that reads them, as AOT Autograd's partitioner recomputes cheap
+** forward values in the backward instead of saving them. */
+
+static bool cheap_op(tc_op op)
+{
+  switch (op) {
+  case TC_OP_NEG: case TC_OP_ABS: case TC_OP_RELU: case TC_OP_CAST:
+  case TC_OP_ADD: case TC_OP_SUB: case TC_OP_MUL: case TC_OP_MAXIMUM:
+  case TC_OP_MINIMUM: case TC_OP_EQ: case TC_OP_NE: case TC_OP_LT:
+  case TC_OP_LE: case TC_OP_GT: case TC_OP_GE: case TC_OP_WHERE:
+  case TC_OP_MASKED_FILL: case TC_OP_ADDS: case TC_OP_SUBS: case TC_OP_MULS:
+  case TC_OP_RSUBS: case TC_OP_CLAMP: case TC_OP_EQS: case TC_OP_NES:
+  case TC_OP_LTS: case TC_OP_LES: case TC_OP_GTS: case TC_OP_GES:
+  case TC_OP_FILL: case TC_OP_DIV: case TC_OP_DIVS: case TC_OP_RDIVS:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static int64_t numel_of(int ndim, const int64_t *shape)
+{
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++)
+    n *= shape[d];
+  return n;
+}
+
+/* Node n's inlined tree: its size in *nodes, whether every node is cheap,
+** and the bytes per point of its reads that are not broadcast (numel
+** ones; *bytes). */
+static bool cheap_tree(const fb *b, int n, int64_t numel, int *nodes,
+                       int64_t *bytes)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  if (kind_of(nd) != NK_PW || nd->op == TC_OP_TAKE ||
+      !cheap_op((tc_op)nd->op) || ++*nodes > 8)
+    return false;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src, sndim;
+    if (src == FUSE_ABSENT)
+      continue;
+    if (src >= 0 && !b->store[src]) {   /* inlined (maybe by a view) */
+      if (!cheap_tree(b, src, numel, nodes, bytes))
+        return false;
+      continue;
+    }
+    const int64_t *sh = edge_shape(g, &nd->in[e], &sndim);
+    tc_dtype dt = src < 0 ? (tc_dtype)g->inputs[-src - 1]->dtype
+                          : (tc_dtype)g->nodes[src].dtype;
+    if (numel_of(sndim, sh) == numel)
+      *bytes += (int64_t)tensor_dtype_size[dt];
+  }
+  return true;
+}
+
+static void set_eval_step(fb *b, int n, int s)
+{
+  const fuse_node *nd = &b->g->nodes[n];
+  b->eval_step[n] = s;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src >= 0 && !b->store[src])
+      set_eval_step(b, src, s);
+  }
+}
+
+static void recompute_cheap(fb *b, bool *gone)
+{
+  const fuse_graph *g = b->g;
+  bool *out = calloc((size_t)g->nnodes + 1, sizeof *out);
+  if (!out)
+    return;   /* nothing recomputed: still a valid plan */
+  for (int o = 0; o < g->noutputs; o++)
+    out[g->out_node[o]] = true;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    const fuse_node *nd = &g->nodes[i];
+    int t = b->step[i];
+    if (!b->store[i] || out[i] || b->force[i] || kind_of(nd) != NK_PW ||
+        t < 0 || group_of(b, t) != GK_MAP || b->consumers[i] < 2)
+      continue;
+    int s = -1;
+    bool ok = true;
+    for (int c = i + 1; c < g->nnodes && ok; c++)
+      for (int e = 0; e < g->nodes[c].nin && ok; e++) {
+        if (g->nodes[c].in[e].src != i)
+          continue;
+        int es = b->eval_step[c];
+        ok = !g->nodes[c].in[e].viewed && kind_of(&g->nodes[c]) != NK_EXTERN
+             && es >= 0 && es != t && (s < 0 || es == s);
+        s = es;
+      }
+    if (!ok || s < 0 || group_of(b, s) == GK_NONE ||
+        (group_of(b, s) == GK_ROWS && reads_step(b, i, s)))
+      continue;
+    int nodes = 0;
+    int64_t bytes = 0;
+    bool was = b->store[i];
+    b->store[i] = false;   /* as cheap_tree sees an inlined root */
+    ok = cheap_tree(b, i, numel_of(nd->ndim, nd->shape), &nodes, &bytes) &&
+         bytes <= 2 * (int64_t)tensor_dtype_size[nd->dtype];
+    if (!ok) {
+      b->store[i] = was;
+      continue;
+    }
+    b->step[i] = -1;
+    set_eval_step(b, i, s);
+    int first = -1;
+    for (int j = 0; j < g->nnodes && first < 0; j++)
+      if (b->step[j] == t)
+        first = j;
+    b->si[t].first_member = first;
+    gone[t] = first < 0;
+  }
+  free(out);
+}
+
+static int merge_groups(fb *b)
+{
+  const fuse_graph *g = b->g;
+  fuse_plan *p = b->p;
+  bool *gone = calloc((size_t)p->nsteps + 1, sizeof *gone);
+  int *mark = calloc((size_t)(g->nnodes + g->ninputs) + 1, sizeof *mark);
+  if (!gone || !mark) {
+    free(gone);
+    free(mark);
+    return fail(b, "out of memory");
+  }
+  recompute_cheap(b, gone);
+  int stamp = 0;
+  bool any = false;
+  for (int a = 0; a < p->nsteps; a++)
+    any |= gone[a];
+  for (int a = 0; a < p->nsteps; a++) {
+    group_kind k = gone[a] ? GK_NONE : group_of(b, a);
+    if (k == GK_NONE || step_has(b, a, true, false))
+      continue;
+    /* A group that writes back is no matmul's epilogue (mark_epilogues),
+    ** and would stop z from being one. */
+    bool dest = step_has(b, a, false, true);
+    if (!dest && epilogue_candidate(b, a))
+      continue;
+    for (int z = a + 1; z < p->nsteps; z++) {
+      if (gone[z] || group_of(b, z) != k || !same_group_shape(b, k, a, z))
+        continue;
+      if (!can_move(b, a, z, k == GK_ROWS))
+        break;   /* a later group is past the same reader */
+      bool epi = dest && !step_has(b, z, false, true) &&
+                 epilogue_candidate(b, z);
+      if (epi || !fits_together(b, a, z, mark, ++stamp))
+        continue;
+      for (int i = 0; i < g->nnodes; i++) {
+        if (b->step[i] == a)
+          b->step[i] = z;
+        if (b->eval_step[i] == a)
+          b->eval_step[i] = z;
+      }
+      gone[a] = any = true;
+      break;
+    }
+  }
+  int rc = any ? compact_steps(b, gone) : 0;
+  free(gone);
+  free(mark);
+  return rc;
+}
+
 /* Can output node n (write-back to input `dest`) be stored straight into
 ** the target? Only when no step reads the target's storage after n's step,
 ** and n's own (MAP) step reads it only at the point it writes. */
@@ -470,8 +849,19 @@ static bool dest_direct(fb *b, int n, int dest)
   const fuse_graph *g = b->g;
   const tc_tensor *d = g->inputs[dest];
   int s = b->step[n];
-  if (b->p->steps[s].node >= 0)   /* a ROWS kernel rereads its rows */
-    return false;
+  if (b->p->steps[s].node >= 0) {
+    /* A ROWS kernel rereads its rows. Only a per-row value of a general
+    ** one (one STORE_ROW element per row, read in this kernel only at its
+    ** own element: the checks below) goes straight to its target, its
+    ** pass placed after every pass that reads the target
+    ** (build_rows_general: order_row_stores). */
+    const fuse_node *nd = &g->nodes[n];
+    row_class c = b->si[s].general
+                  ? row_class_of(&b->si[s].rs, nd->ndim, nd->shape)
+                  : RC_NONE;
+    if (b->nodirect[n] || (c != RC_ROWK && c != RC_ROWR))
+      return false;
+  }
   for (int o = 0; o < g->noutputs; o++) {   /* one writer per storage */
     int od = g->out_dest[o];
     if (od >= 0 && od != dest && g->inputs[od]->storage == d->storage)
@@ -812,6 +1202,18 @@ static int eval_edge_at(fb *b, const fuse_edge *e, const vmap *om)
 {
   if (!e->viewed && e->src >= 0)
     return eval(b, e->src, om);
+  int vm[TC_MAX_DIMS];
+  if (e->src >= 0 && !b->store[e->src]) {
+    /* an inlined value read through a view (analyse: view_mappable) */
+    if (b->flat)   /* a flat row steps at one stride: store it (retry) */
+      return fail(b, "sum_all over a view");
+    if (!view_mappable(b->g, e, vm))
+      return fail(b, "a view of an inlined value");
+    vmap sm = { .ndim = b->g->nodes[e->src].ndim };
+    for (int i = 0; i < sm.ndim; i++)
+      sm.map[i] = vm[i] < 0 ? -1 : om->map[vm[i]];
+    return eval(b, e->src, &sm);
+  }
   fuse_ref r;
   int64_t off, vst[TC_MAX_DIMS];
   tc_dtype dt;
@@ -1029,6 +1431,81 @@ static int row_len_value(fb *b, int n, tc_dtype dt)
   return scalar_slot(b, b->g->nodes[n].orig, FUSE_SCALAR_ROW_LEN, dt);
 }
 
+/* Does evaluating node n in step s load from storage st (through its
+** inputs, values stored into write-back targets, and the pointwise values
+** it computes in place)? Each node is visited once per b->seen_stamp. */
+static bool loads_storage(fb *b, int n, int s, const tensor_storage *st)
+{
+  const fuse_graph *g = b->g;
+  const fuse_node *nd = &g->nodes[n];
+  if (b->seen[n] == b->seen_stamp)
+    return false;
+  b->seen[n] = b->seen_stamp;
+  for (int e = 0; e < nd->nin; e++) {
+    int src = nd->in[e].src;
+    if (src == FUSE_ABSENT)
+      continue;
+    if (src < 0) {
+      if (g->inputs[-src - 1]->storage == st)
+        return true;
+    } else if (b->store[src] && b->step[src] != s) {
+      fuse_ref r = b->where[src];
+      if (r.kind == FREF_DEST &&
+          g->inputs[g->out_dest[r.index]]->storage == st)
+        return true;
+    } else if (kind_of(&g->nodes[src]) == NK_PW &&
+               loads_storage(b, src, s, st)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The storage that per-row value n of a ROWS kernel writes in place, or
+** NULL. */
+static const tensor_storage *row_target(const fb *b, int n)
+{
+  fuse_ref r = b->where[n];
+  return r.kind == FREF_DEST ? b->g->inputs[b->g->out_dest[r.index]]->storage
+                             : NULL;
+}
+
+/* Order the per-row stores vals[0..n) so that a pass writing a target in
+** place comes after every pass that loads it: each pass then sees the
+** buffers as they were when the kernel started, whether the backend runs
+** a row's passes together (row mode) or each pass over all rows (split
+** mode). A cycle (two values that read each other's targets) is not
+** ordered: those values go through temporaries on the next attempt. */
+static int order_row_stores(fb *b, int s, int *vals, int n)
+{
+  for (int done = 0; done < n; done++) {
+    int pick = -1;
+    for (int i = done; i < n && pick < 0; i++) {
+      const tensor_storage *w = row_target(b, vals[i]);
+      bool ok = true;
+      for (int j = done; j < n && ok && w; j++) {
+        if (j == i)
+          continue;
+        b->seen_stamp++;
+        ok = !loads_storage(b, vals[j], s, w);
+      }
+      if (ok)
+        pick = i;
+    }
+    if (pick < 0) {
+      for (int i = done; i < n; i++)
+        if (row_target(b, vals[i]))
+          b->nodirect[vals[i]] = true;
+      b->retry = 1;
+      return fail(b, "per-row write-backs that read each other");
+    }
+    int v = vals[pick];
+    memmove(&vals[done + 1], &vals[done], sizeof *vals * (size_t)(pick - done));
+    vals[done] = v;
+  }
+  return 0;
+}
+
 /* A general ROWS kernel: a REDUCE pass per reduction, in order (each
 ** folds its operand, which may use the earlier ones' row values), then a
 ** STORE pass for each value to store of the full row shape, then a
@@ -1096,26 +1573,45 @@ static int build_rows_general(fb *b, int s)
       return b->reason[0] ? -1 : fail(b, "kernel too large");
     b->rowval[i] = rv;
   }
-  for (int pass = 0; pass < 2; pass++)   /* full-row stores, then per-row */
+  /* full-row stores, then per-row ones (ordered: order_row_stores) */
+  int nvals = 0, *vals = malloc(sizeof *vals * ((size_t)g->nnodes + 1));
+  if (!vals)
+    return fail(b, "out of memory");
+  for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < g->nnodes; i++) {
       const fuse_node *nd = &g->nodes[i];
       if (b->step[i] != s || b->where[i].kind == FREF_NONE)
         continue;
       row_class c = row_class_of(rs, nd->ndim, nd->shape);
-      if ((c == RC_FULL) != (pass == 0))
-        continue;
-      const vmap *m = c == RC_FULL ? &full : c == RC_ROWK ? &rowk : &rowr;
-      if (kind_of(nd) == NK_PW) {   /* (a reduction's was built above) */
-        b->first = b->member < 0;
-        b->member = i;
-      }
-      int v = eval(b, i, m);
-      if (v < 0)
-        return -1;
-      if (store(b, i, m, c == RC_FULL ? KIR_PASS_STORE
-                         : KIR_PASS_STORE_ROW, v) < 0)
-        return -1;
+      if ((c == RC_FULL) == (pass == 0))
+        vals[nvals++] = i;
     }
+  int nfullv = 0;
+  while (nfullv < nvals &&
+         row_class_of(rs, g->nodes[vals[nfullv]].ndim,
+                      g->nodes[vals[nfullv]].shape) == RC_FULL)
+    nfullv++;
+  if (order_row_stores(b, s, vals + nfullv, nvals - nfullv) < 0) {
+    free(vals);
+    return -1;
+  }
+  for (int x = 0; x < nvals; x++) {
+    int i = vals[x];
+    const fuse_node *nd = &g->nodes[i];
+    row_class c = row_class_of(rs, nd->ndim, nd->shape);
+    const vmap *m = c == RC_FULL ? &full : c == RC_ROWK ? &rowk : &rowr;
+    if (kind_of(nd) == NK_PW) {   /* (a reduction's was built above) */
+      b->first = b->member < 0;
+      b->member = i;
+    }
+    int v = eval(b, i, m);
+    if (v < 0 || store(b, i, m, c == RC_FULL ? KIR_PASS_STORE
+                                : KIR_PASS_STORE_ROW, v) < 0) {
+      free(vals);
+      return -1;
+    }
+  }
+  free(vals);
   kir_collapse(k, !b->dynamic);
   return 0;
 }
@@ -1340,7 +1836,18 @@ static int largest_inlined(const fb *b, int n, int *size)
 static bool split_at(fb *b, int m, bool first)
 {
   if (!first) {
-    b->fresh[m] = true;
+    /* A general ROWS kernel is split between its reductions: the second
+    ** half starts a kernel, and the per-row values that read them follow
+    ** (a value split off alone would leave its reduction's kernel for a
+    ** MAP kernel of its own, one value per attempt). */
+    int s = b->cur, nred = 0, half = -1;
+    for (int i = 0; s >= 0 && b->si[s].general && i < b->g->nnodes; i++)
+      nred += b->step[i] == s && kind_of(&b->g->nodes[i]) != NK_PW;
+    for (int i = 0, k = 0; nred >= 2 && half < 0; i++)
+      if (b->step[i] == s && kind_of(&b->g->nodes[i]) != NK_PW &&
+          k++ == nred / 2)
+        half = i;
+    b->fresh[half >= 0 ? half : m] = true;
     return true;
   }
   int total = inlined_size(b, m), size, cut = largest_inlined(b, m, &size);
@@ -1357,7 +1864,8 @@ static bool split_at(fb *b, int m, bool first)
 
 static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
                              bool *copy, int *copy_temp, bool *fresh,
-                             int *retry, char *reason, size_t rlen)
+                             bool *nodirect, int *retry, char *reason,
+                             size_t rlen)
 {
   fb b;
   memset(&b, 0, sizeof b);
@@ -1365,6 +1873,7 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   b.copy = copy;
   b.copy_temp = copy_temp;
   b.fresh = fresh;
+  b.nodirect = nodirect;
   b.member = -1;
   b.g = g;
   b.dynamic = dynamic;
@@ -1382,9 +1891,11 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   b.cache = calloc(nn, sizeof *b.cache);
   b.cache_vm = calloc(nn, sizeof *b.cache_vm);
   b.rowval = calloc(nn, sizeof *b.rowval);
+  b.seen = calloc(nn, sizeof *b.seen);
   int rc = -1;
   if (!p || !b.consumers || !b.store || !b.step || !b.eval_step ||
-      !b.last_user || !b.where || !b.cache || !b.cache_vm || !b.rowval) {
+      !b.last_user || !b.where || !b.cache || !b.cache_vm || !b.rowval ||
+      !b.seen) {
     fail(&b, "out of memory");
     goto done;
   }
@@ -1401,7 +1912,8 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
     goto done;
   }
   analyse(&b);
-  if (assign_steps(&b) < 0 || place_values(&b) < 0)
+  if (assign_steps(&b) < 0 || merge_groups(&b) < 0 ||
+      place_values(&b) < 0)
     goto done;
   rc = 0;
   for (int s = 0; s < p->nsteps && rc == 0; s++) {
@@ -1438,6 +1950,7 @@ done:
   free(b.si);
   free(b.cache_vm);
   free(b.rowval);
+  free(b.seen);
   free(b.where);
   free(b.cache);
   *retry = b.retry;
@@ -1651,9 +2164,10 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   size_t nn = (size_t)g->nnodes + 1;
   bool *force = calloc(nn, sizeof *force), *copy = calloc(nn, sizeof *copy);
   bool *fresh = calloc(nn, sizeof *fresh);
+  bool *nodirect = calloc(nn, sizeof *nodirect);
   int *copy_temp = calloc(nn, sizeof *copy_temp);
   fuse_plan *p = NULL;
-  if (!force || !copy || !copy_temp || !fresh) {
+  if (!force || !copy || !copy_temp || !fresh || !nodirect) {
     snprintf(reason, rlen, "out of memory");
   } else {
     /* Each retry stores or copies one more operand, or splits a kernel
@@ -1661,7 +2175,8 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
     for (int attempt = 0; attempt < TUNE_FUSE_ATTEMPTS(g->nnodes) && !p;
          attempt++) {
       int retry = 0;
-      p = build_once(g, dynamic, force, copy, copy_temp, fresh, &retry,
+      p = build_once(g, dynamic, force, copy, copy_temp, fresh, nodirect,
+                     &retry,
                      reason, rlen);
       if (!retry)
         break;
@@ -1670,6 +2185,7 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   free(force);
   free(copy);
   free(fresh);
+  free(nodirect);
   free(copy_temp);
   free((void *)gx.nodes);
   free((void *)gx.out_node);

@@ -973,6 +973,199 @@ static void test_fusion_worker_death_falls_back(void **state)
   tc_scope_end(mark);
 }
 
+/* Per-row values of a ROWS kernel written straight into their targets:
+** each pass must see the targets as they were (plan.c: order_row_stores).
+** a' = rowsum(x) + b and b' = rowsum(x) * a read each other's targets (a
+** cycle: one goes through a temporary); c' = c * 0.5 + a' reads a's target
+** through a' only (ordered after nothing, before a's write). */
+static void rows_writeback(bool compiled, float *out)
+{
+  size_t mark = tc_scope_begin();
+  tc_compile_set(compiled);
+  float av[5] = { 1, -2, 3, 0.5f, 7 }, bv[5] = { 0.25f, 4, -1, 2, 3 };
+  tc_tensor *a = tc_from_data(TC_F32, TC_SHAPE(5), av, sizeof av);
+  tc_tensor *b = tc_from_data(TC_F32, TC_SHAPE(5), bv, sizeof bv);
+  tc_tensor *c = tc_from_data(TC_F32, TC_SHAPE(5), bv, sizeof bv);
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(5, 9), 3);
+  for (int it = 0; it < 4; it++) {
+    size_t m = tc_scope_begin();
+    tc_tensor *sx = tc_sum(x, 1, false);
+    tc_tensor *na = tc_add(sx, b), *nb = tc_mul(sx, a);
+    tc_tensor *nc = tc_add(tc_mul_scalar(c, 0.5), na);
+    assert_int_equal(tc_copy_(a, na), 0);
+    assert_int_equal(tc_copy_(b, nb), 0);
+    assert_int_equal(tc_copy_(c, nc), 0);
+    assert_int_equal(tc_sync(), 0);
+    tc_scope_end(m);
+  }
+  assert_int_equal(tc_copy_to(a, out, 5 * sizeof(float)), 0);
+  assert_int_equal(tc_copy_to(b, out + 5, 5 * sizeof(float)), 0);
+  assert_int_equal(tc_copy_to(c, out + 10, 5 * sizeof(float)), 0);
+  tc_compile_set(false);
+  tc_scope_end(mark);
+}
+
+static void test_fusion_rows_writeback_order(void **state)
+{
+  (void)state;
+  float want[15], got[15];
+  rows_writeback(false, want);
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  rows_writeback(true, got);
+  tc_stats_get(&s1);
+  assert_true(s1.regions_compiled - s0.regions_compiled >= 3);
+  for (int i = 0; i < 15; i++)
+    if (memcmp(&want[i], &got[i], sizeof(float)) != 0)
+      fail_msg("float %d: eager %.9g, compiled %.9g", i, (double)want[i],
+               (double)got[i]);
+}
+
+/* -- Compiled training steps ------------------------------------------------ */
+
+/* The distinct fused kernels launched while the hook is set (a matmul
+** epilogue's tiles are one kernel); the CPU backend still runs them. */
+static const kir_kernel *step_kernels[256];
+static int nstep_kernels;
+
+static int count_kernel(const kir_kernel *k, char *const *bufs,
+                        const double *scalars, const int64_t *dims,
+                        int64_t lo, int64_t hi)
+{
+  (void)bufs, (void)scalars, (void)dims, (void)lo, (void)hi;
+  int i = 0;
+  while (i < nstep_kernels && step_kernels[i] != k)
+    i++;
+  if (i == nstep_kernels && nstep_kernels < 256)
+    step_kernels[nstep_kernels++] = k;
+  return -1;   /* not run here */
+}
+
+/* An MLP of `layers` same-shaped layers (W [D, D], b [D], relu between),
+** cross-entropy over D classes, then the optimizer: in compile mode
+** forward, backward and update are one region per step. */
+enum { LAYERS = 12, DD = 32, BATCH = 24, STEPS = 5 };
+enum { DEEP_N = LAYERS * (DD * DD + DD) };
+
+typedef struct {
+  float params[DEEP_N];
+  double loss[STEPS];
+  int kernels;                 /* fused kernels of the last step */
+  uint64_t compiled, eager;    /* regions the last step ran each way */
+} deep_run;
+
+static void train_deep(bool compiled, bool sgd, int layers, deep_run *r)
+{
+  size_t mark0 = tc_scope_begin();
+  tc_compile_set(compiled);
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(BATCH, DD), 11);
+  int64_t tv[BATCH];
+  for (int i = 0; i < BATCH; i++)
+    tv[i] = (i * 5) % DD;
+  tc_tensor *t = tc_from_data(TC_I64, TC_SHAPE(BATCH), tv, sizeof tv);
+  tc_tensor *ps[2 * LAYERS];
+  for (int l = 0; l < layers; l++) {
+    ps[2 * l] = tc_mul_scalar(tc_randn(TC_F32, TC_SHAPE(DD, DD), 20 + l),
+                              0.25);
+    ps[2 * l + 1] = tc_mul_scalar(tc_randn(TC_F32, TC_SHAPE(DD), 40 + l),
+                                  0.1);
+  }
+  for (int i = 0; i < 2 * layers; i++)
+    assert_int_equal(tc_set_requires_grad(ps[i], true), 0);
+  tc_optimizer *o = sgd ? tc_sgd(ps, 2 * layers, 0.05, 0.9, 0.01)
+                        : tc_adamw(ps, 2 * layers, 0.01, 0.9, 0.999, 1e-8,
+                                   0.01);
+  assert_non_null(o);
+  for (int k = 0; k < STEPS; k++) {
+    tc_stats s0, s1;
+    tc_stats_get(&s0);
+    nstep_kernels = 0;
+    trace_launch_hook = count_kernel;
+    size_t mark = tc_scope_begin();
+    assert_int_equal(tc_optimizer_zero_grad(o), 0);
+    tc_tensor *h = x;
+    for (int l = 0; l < layers; l++) {
+      h = tc_add(tc_matmul(h, ps[2 * l]), ps[2 * l + 1]);
+      if (l + 1 < layers)
+        h = tc_relu(h);
+    }
+    tc_tensor *l = tc_cross_entropy(h, t);
+    assert_non_null(l);
+    assert_int_equal(tc_backward(l), 0);
+    assert_int_equal(tc_optimizer_step(o), 0);
+    assert_int_equal(tc_item(l, &r->loss[k]), 0);
+    tc_scope_end(mark);
+    trace_launch_hook = NULL;
+    tc_stats_get(&s1);
+    r->kernels = nstep_kernels;
+    r->compiled = s1.regions_compiled - s0.regions_compiled;
+    r->eager = s1.regions_eager - s0.regions_eager;
+  }
+  size_t off = 0;
+  for (int i = 0; i < 2 * layers; i++) {
+    size_t nb = (size_t)tc_numel(ps[i]) * sizeof(float);
+    assert_true(off + nb <= sizeof r->params);
+    assert_int_equal(tc_copy_to(ps[i], (char *)r->params + off, nb), 0);
+    off += nb;
+  }
+  tc_optimizer_free(o);
+  tc_compile_set(false);
+  tc_scope_end(mark0);
+}
+
+/* Compiled steps equal eager ones bitwise (losses and parameters), and the
+** last step is one compiled region of `kernels` fused kernels. */
+static void check_training(bool sgd, int layers, int kernels)
+{
+  static deep_run eager, compiled;
+  train_deep(false, sgd, layers, &eager);
+  train_deep(true, sgd, layers, &compiled);
+  for (int k = 0; k < STEPS; k++)
+    if (memcmp(&eager.loss[k], &compiled.loss[k], sizeof(double)) != 0)
+      fail_msg("step %d loss: eager %.9g, compiled %.9g", k, eager.loss[k],
+               compiled.loss[k]);
+  for (int i = 0; i < layers * (DD * DD + DD); i++)
+    if (memcmp(&eager.params[i], &compiled.params[i], sizeof(float)) != 0)
+      fail_msg("parameter float %d: eager %.9g, compiled %.9g", i,
+               (double)eager.params[i], (double)compiled.params[i]);
+  assert_int_equal(compiled.compiled, 1);
+  assert_int_equal(compiled.eager, 0);
+  if (compiled.kernels != kernels)
+    fail_msg("%s step, %d layers: %d kernels, expected %d",
+             sgd ? "SGD" : "AdamW", layers, compiled.kernels, kernels);
+}
+
+/* Kernels of one step: the four layers' matmul epilogues (bias, relu;
+** the last one also computes the target mask and the masked gradient,
+** with the backward's seed and the mean's gradient inlined through their
+** broadcast views), log_softmax forward and backward with the picked
+** target (one ROWS kernel), three relu backward epilogues, the four
+** biases' gradients (sums over the batch) and updates (one ROWS kernel),
+** the four weights' updates (one MAP kernel: horizontal fusion), the loss
+** (sum_all): 11. Before horizontal fusion and view inlining it was 18 (a
+** bias and a weight kernel per layer, the mask apart from the masked
+** gradient, two tiny kernels for the seed). SGD with momentum has the same
+** structure. */
+static void test_fusion_training_step_adamw(void **state)
+{
+  (void)state;
+  check_training(false, 4, 11);
+  /* 12 layers: the weights' and biases' updates exceed one kernel's
+  ** limits (kir.h: 64 scalars, 32 passes) and are split: 12 forward
+  ** epilogues, log_softmax, 11 relu backward epilogues, 2 ROWS kernels of
+  ** 6 biases, 2 MAP kernels of 9 and 3 weights, the loss */
+  check_training(false, LAYERS, 29);
+}
+
+static void test_fusion_training_step_sgd(void **state)
+{
+  (void)state;
+  check_training(true, 4, 11);
+  /* SGD's updates need fewer scalars and passes: one kernel for the 12
+  ** weights */
+  check_training(true, LAYERS, 28);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -999,6 +1192,12 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_fusion_worker_death_falls_back,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_fusion_every_op_bitwise, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_rows_writeback_order, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_training_step_adamw, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_training_step_sgd, setup,
                                     teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
