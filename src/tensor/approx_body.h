@@ -30,6 +30,12 @@
 #define A_PICK(a32, a64) a64
 #endif
 #define A_N(n) A_PICK(APPROX_F32_##n, APPROX_F64_##n)
+/* y, or for a NaN x that NaN quieted (x + x keeps its sign and payload).
+** Where a NaN would otherwise travel through a function's integer steps
+** (exponent bits made from it), which of two NaN operands an instruction
+** returns depends on operand order, that is on the compiler: this makes
+** the result one defined value in every dialect. */
+#define A_NAN_IN(x, y) A_SEL(A_NE(x, x), A_ADD(x, x), y)
 #define A_C(n) A_K(A_N(n))
 #define A_CU(n) A_KU(A_N(n))
 
@@ -107,7 +113,7 @@ A_FN(exp, A_X(x))
   A_F(r, A_CALL(ln2_reduce, xc, &t));
   A_U(nb, A_SUB(A_BITS(t), A_CU(RND_BITS)));
   A_F(p, A_CALL(exp_poly, r));
-  A_RET(A_CALL(scale, p, nb));
+  A_RET(A_NAN_IN(x, A_CALL(scale, p, nb)));
 }
 
 /* -- log ----------------------------------------------------------------------- */
@@ -187,7 +193,7 @@ A_FN(tanh, A_X(x))
   A_F(s, A_CALL(pow2n, t));              /* 0 <= n <= 28 (f64 64) */
   A_F(em1, A_FMA(s, q, A_SUB(s, A_K(1.0))));
   A_F(y, A_DIV(em1, A_ADD(em1, A_K(2.0))));
-  A_RET(A_FLOAT(A_OR(A_BITS(y), sign)));
+  A_RET(A_NAN_IN(x, A_FLOAT(A_OR(A_BITS(y), sign))));
 }
 
 /* -- sigmoid ------------------------------------------------------------------- */
@@ -199,7 +205,7 @@ A_FN(sigmoid, A_X(x))
   A_F(mx, A_SEL(A_LT(x, A_K(0.0)), x, A_NEG(x)));               /* -|x| */
   A_F(e, A_CALL(exp, mx));
   A_F(num, A_SEL(A_LT(x, A_K(0.0)), e, A_K(1.0)));
-  A_RET(A_DIV(num, A_ADD(A_K(1.0), e)));
+  A_RET(A_NAN_IN(x, A_DIV(num, A_ADD(A_K(1.0), e))));
 }
 
 /* -- GELU (tanh form) ------------------------------------------------------------ */
@@ -245,7 +251,7 @@ A_FN(expm1, A_X(x))
   A_F(s, A_CALL(pow2n, tn));
   A_F(em1, A_FMA(s, q, A_SUB(s, A_K(1.0))));
   A_SET(em1, A_SEL(A_GT(t, tn), A_MUL(em1, A_K(2.0)), em1));
-  A_RET(A_SEL(A_EQ(x, A_K(0.0)), x, em1));
+  A_RET(A_NAN_IN(x, A_SEL(A_EQ(x, A_K(0.0)), x, em1)));
 }
 
 /* log(1 + x) = log u + c/u, u = 1 + x rounded, c = x - (u - 1) its rounding error (exact
@@ -485,3 +491,4 @@ A_FN(pow, A_X(a), A_X(b))
 #undef A_N
 #undef A_C
 #undef A_CU
+#undef A_NAN_IN
