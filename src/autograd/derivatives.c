@@ -282,48 +282,44 @@ static bool dense_order(int nd, const int64_t *sh, const int64_t *st,
 }
 
 /* Is the view (of shape sh, broadcast dims summed) a box of its input:
-** every dim kept, each a contiguous range [start, start + sh[d]) (slices
-** with step 1: tc_slice, tc_chunk, tc_split, narrowing)? */
-static bool box_of(const ag_node *x, const int64_t *sh)
+** every dim kept, each a contiguous range [start[d], start[d] + sh[d])
+** (slices with step 1: tc_slice, tc_chunk, tc_split, narrowing)? */
+static bool box_of(const ag_node *x, const int64_t *sh, int64_t *start)
 {
   const tensor_geom *r = &x->call.rel;
   int nd = x->in_ndim[0];
-  if (r->ndim != nd)
+  if (r->ndim != nd || r->offset < 0)
     return false;
   int64_t contig[TC_MAX_DIMS];
   tensor_contiguous_strides(nd, x->in_shape[0], contig);
   for (int d = 0; d < nd; d++) {
-    int64_t start = r->offset / contig[d] % x->in_shape[0][d];
+    start[d] = r->offset / contig[d] % x->in_shape[0][d];
     if ((r->stride[d] != contig[d] && sh[d] != 1) || sh[d] < 1 ||
-        start + sh[d] > x->in_shape[0][d])
+        start[d] + sh[d] > x->in_shape[0][d])
       return false;
   }
-  return r->offset >= 0;
+  return true;
 }
 
 /* A box view's gradient: g with zeros concatenated before and after it in
 ** every dim the view narrows. Traced like any op, so a chunk's gradient
 ** fuses into its consumers instead of being a fill and a write into a
 ** slice (which would end the region being recorded). */
-static tc_tensor *pad_box(const ag_node *x, tc_tensor *g, const int64_t *sh)
+static tc_tensor *pad_box(const ag_node *x, tc_tensor *g, const int64_t *sh,
+                          const int64_t *start)
 {
-  const tensor_geom *r = &x->call.rel;
   int nd = x->in_ndim[0];
-  int64_t contig[TC_MAX_DIMS], cur[TC_MAX_DIMS];
-  tensor_contiguous_strides(nd, x->in_shape[0], contig);
-  memcpy(cur, sh, sizeof(int64_t) * (size_t)nd);
-  tc_tensor *zero = tc_zeros(tc_dtype_of(g), 0, NULL);
-  for (int d = 0; g && zero && d < nd; d++) {
-    int64_t full = x->in_shape[0][d];
-    int64_t start = r->offset / contig[d] % full, end = start + cur[d];
-    if (cur[d] == full)
+  tc_tensor *zero = g ? tc_zeros(x->in_dtype[0], 0, NULL) : NULL;
+  int64_t ps[TC_MAX_DIMS];
+  memcpy(ps, sh, sizeof(int64_t) * (size_t)nd);
+  for (int d = 0; zero && g && d < nd; d++) {
+    int64_t full = x->in_shape[0][d], end = start[d] + sh[d];
+    if (sh[d] == full)
       continue;
     tc_tensor *parts[3];
     int n = 0;
-    int64_t ps[TC_MAX_DIMS];
-    memcpy(ps, cur, sizeof(int64_t) * (size_t)nd);
-    if (start > 0) {
-      ps[d] = start;
+    if (start[d] > 0) {
+      ps[d] = start[d];
       parts[n++] = tc_expand(zero, nd, ps);
     }
     parts[n++] = g;
@@ -332,7 +328,7 @@ static tc_tensor *pad_box(const ag_node *x, tc_tensor *g, const int64_t *sh)
       parts[n++] = tc_expand(zero, nd, ps);
     }
     g = tc_cat(parts, n, d);
-    cur[d] = full;
+    ps[d] = full;   /* dims before d+1 are whole from here on */
   }
   return zero ? g : NULL;
 }
@@ -362,8 +358,9 @@ static tc_tensor *view_grad(const ag_node *x, tc_tensor *g)
       dense_order(nd, sh, r->stride, perm))
     return tc_reshape(tc_permute(g, nd, perm), x->in_ndim[0],
                       x->in_shape[0]);
-  if (box_of(x, sh))
-    return pad_box(x, g, sh);
+  int64_t start[TC_MAX_DIMS];
+  if (box_of(x, sh, start))
+    return pad_box(x, g, sh, start);
   tc_tensor *z = tc_zeros(x->in_dtype[0], x->in_ndim[0], x->in_shape[0]);
   if (!z || !g)
     return NULL;
