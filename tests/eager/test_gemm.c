@@ -368,8 +368,10 @@ static void test_gemm_own_kernel_is_the_fma_chain(void **state)
   (void)state;
   static const int64_t cs[][3] = {
     { 131, 150, 600 }, { 29, 67, 257 }, { 300, 40, 31 }, { 15, 33, 1 },
-    /* one row (the vector path) beside packed blocks of the same C */
-    { 1, 700, 300 }, { 1, 5, 9 }, { 3, 301, 129 },
+    /* one row (the vector path) beside packed blocks of the same C; for
+    ** a transposed B, whole register blocks of rows and k steps, with and
+    ** without scalar tails */
+    { 1, 700, 300 }, { 1, 5, 9 }, { 3, 301, 129 }, { 1, 64, 48 },
   };
   for (size_t p = 0; p < NPATHS; p++) {
     if (!own_path(paths[p]) || !use_path(paths[p]))
