@@ -22,43 +22,29 @@
 #define CHUNK_FN(name, T, ident, comb)                                       \
   static T name(const T *x, int64_t n)                                       \
   {                                                                          \
-    T acc[TENSOR_RED_LANES];                                                      \
-    for (int l = 0; l < TENSOR_RED_LANES; l++)                                    \
+    T acc[TENSOR_RED_LANES];                                                 \
+    for (int l = 0; l < TENSOR_RED_LANES; l++)                               \
       acc[l] = (ident);                                                      \
     int64_t i = 0;                                                           \
-    for (; i + TENSOR_RED_LANES <= n; i += TENSOR_RED_LANES)                           \
+    for (; i + TENSOR_RED_LANES <= n; i += TENSOR_RED_LANES)                 \
       _Pragma("GCC unroll 1")   /* see above */                              \
-      for (int l = 0; l < TENSOR_RED_LANES; l++)                                  \
+      for (int l = 0; l < TENSOR_RED_LANES; l++)                             \
         acc[l] = comb(acc[l], x[i + l]);                                     \
     for (int l = 0; i + l < n; l++)                                          \
       acc[l] = comb(acc[l], x[i + l]);                                       \
-    for (int w = TENSOR_RED_LANES / 2; w >= 1; w /= 2)                            \
+    for (int w = TENSOR_RED_LANES / 2; w >= 1; w /= 2)                       \
       for (int l = 0; l < w; l++)                                            \
         acc[l] = comb(acc[l], acc[l + w]);                                   \
     return acc[0];                                                           \
   }
 
-#define C_ADD TENSOR_COMB_ADD
-#define C_ADDW TENSOR_COMB_ADDW
-#define C_MAX TENSOR_COMB_MAX
-#define C_MIN TENSOR_COMB_MIN
-
-CHUNK_FN(chunk_sum_f32, float, 0.0f, C_ADD)
-CHUNK_FN(chunk_sum_f64, double, 0.0, C_ADD)
-CHUNK_FN(chunk_sum_i64, int64_t, 0, C_ADDW)
-CHUNK_FN(chunk_max_f32, float, -INFINITY, C_MAX)
-CHUNK_FN(chunk_max_f64, double, -INFINITY, C_MAX)
-CHUNK_FN(chunk_max_i32, int32_t, INT32_MIN, C_MAX)
-CHUNK_FN(chunk_max_i64, int64_t, INT64_MIN, C_MAX)
-CHUNK_FN(chunk_max_b8, uint8_t, 0, C_MAX)
-CHUNK_FN(chunk_min_f32, float, INFINITY, C_MIN)
-CHUNK_FN(chunk_min_f64, double, INFINITY, C_MIN)
-CHUNK_FN(chunk_min_i32, int32_t, INT32_MAX, C_MIN)
-CHUNK_FN(chunk_min_i64, int64_t, INT64_MAX, C_MIN)
-CHUNK_FN(chunk_min_b8, uint8_t, 1, C_MIN)
+#define X(kind, dt, T, nm, comb, ident) CHUNK_FN(chunk_##nm, T, ident, comb)
+TENSOR_RED_CASES(X)
+#undef X
 
 /* -- Reducing one row ------------------------------------------------------- */
 
+/* ORDER RED (TENSOR_RED_CASES' kinds) */
 typedef enum { RK_SUM, RK_MAX, RK_MIN, RK__MAX } reduce_kind;
 
 /* Reduce n contiguous elements into *out (both of dtype dt). Chunks are
@@ -72,30 +58,18 @@ typedef struct {
   void *partial;
 } row_job;
 
-#define ROW_CASES(X)                                                         \
-  X(RK_SUM, TC_F32, float, sum_f32) X(RK_SUM, TC_F64, double, sum_f64)       \
-  X(RK_SUM, TC_I64, int64_t, sum_i64)                                        \
-  X(RK_MAX, TC_F32, float, max_f32) X(RK_MAX, TC_F64, double, max_f64)       \
-  X(RK_MAX, TC_I32, int32_t, max_i32) X(RK_MAX, TC_I64, int64_t, max_i64)    \
-  X(RK_MAX, TC_BOOL, uint8_t, max_b8)                                        \
-  X(RK_MIN, TC_F32, float, min_f32) X(RK_MIN, TC_F64, double, min_f64)       \
-  X(RK_MIN, TC_I32, int32_t, min_i32) X(RK_MIN, TC_I64, int64_t, min_i64)    \
-  X(RK_MIN, TC_BOOL, uint8_t, min_b8)
-
-#define KEY(rk, dt) ((rk) * TC_DTYPE__MAX + (dt))
-
 static void chunks_range(void *ctx, int64_t lo, int64_t hi)
 {
   const row_job *j = ctx;
   for (int64_t c = lo; c < hi; c++) {
     int64_t start = c * TENSOR_RED_CHUNK;
     int64_t len = j->n - start < TENSOR_RED_CHUNK ? j->n - start : TENSOR_RED_CHUNK;
-    switch (KEY(j->rk, j->dt)) {
-#define X(rk, dt, T, nm)                                                     \
-    case KEY(rk, dt):                                                        \
+    switch (TENSOR_RED_KEY(j->rk, j->dt)) {
+#define X(kind, dt, T, nm, comb, ident)                                      \
+    case TENSOR_RED_KEY(kind, dt):                                           \
       ((T *)j->partial)[c] = chunk_##nm((const T *)j->x + start, len);       \
       break;
-    ROW_CASES(X)
+    TENSOR_RED_CASES(X)
 #undef X
     default:
       TC_ASSERT(0, "bad reduction");
@@ -280,9 +254,9 @@ static void argbest_range(void *ctx, int64_t lo, int64_t hi)
       out[k * inner] = acc;                                                  \
     }                                                                        \
   }
-CUMSUM_FN(f32, float, C_ADD)
-CUMSUM_FN(f64, double, C_ADD)
-CUMSUM_FN(i64, int64_t, C_ADDW)
+CUMSUM_FN(f32, float, TENSOR_COMB_ADD)
+CUMSUM_FN(f64, double, TENSOR_COMB_ADD)
+CUMSUM_FN(i64, int64_t, TENSOR_COMB_ADDW)
 
 typedef struct {
   tc_dtype dt;

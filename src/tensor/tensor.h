@@ -393,7 +393,7 @@ void tensor_parallel(int64_t n, int64_t grain, tensor_range_fn fn, void *ctx);
 ** Shared by every kernel that sums, eager or compiled on any backend:
 ** chunks of TENSOR_RED_CHUNK elements; within a chunk TENSOR_RED_LANES lane
 ** accumulators (element i goes to lane i % TENSOR_RED_LANES, starting from
-** the identity, -0 for sums), combined by halving (lane j = lane j (+)
+** the identity, +0 for sums), combined by halving (lane j = lane j (+)
 ** lane j + w, for w = LANES/2 .. 1); chunk partials combined pairwise by
 ** levels (p[i] = p[2i] (+) p[2i+1], an odd last one carried up). */
 #define TENSOR_RED_LANES 16
@@ -404,10 +404,29 @@ void tensor_parallel(int64_t n, int64_t grain, tensor_range_fn fn, void *ctx);
 #define TENSOR_COMB_ADDW(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
 #define TENSOR_COMB_MAX(x, y)  (((x) > (y) || (x) != (x)) ? (x) : (y))
 #define TENSOR_COMB_MIN(x, y)  (((x) < (y) || (x) != (x)) ? (x) : (y))
+/* The reductions that exist, one X per (kind, dtype): X(kind, dtype, C
+** type, name, combine, identity); kind 0 sum, 1 max, 2 min (ORDER RED:
+** kir_red's order). Sums exist for f32, f64 and i64 (narrower integers sum
+** in i64); max and min for f32, f64, i32, i64 and bool. Eager's chunk
+** kernels and the combine below are both expanded from it. */
+#define TENSOR_RED_CASES(X)                                                  \
+  X(0, TC_F32, float, sum_f32, TENSOR_COMB_ADD, 0.0f)                        \
+  X(0, TC_F64, double, sum_f64, TENSOR_COMB_ADD, 0.0)                        \
+  X(0, TC_I64, int64_t, sum_i64, TENSOR_COMB_ADDW, 0)                        \
+  X(1, TC_F32, float, max_f32, TENSOR_COMB_MAX, -INFINITY)                   \
+  X(1, TC_F64, double, max_f64, TENSOR_COMB_MAX, -INFINITY)                  \
+  X(1, TC_I32, int32_t, max_i32, TENSOR_COMB_MAX, INT32_MIN)                 \
+  X(1, TC_I64, int64_t, max_i64, TENSOR_COMB_MAX, INT64_MIN)                 \
+  X(1, TC_BOOL, uint8_t, max_b8, TENSOR_COMB_MAX, 0)                         \
+  X(2, TC_F32, float, min_f32, TENSOR_COMB_MIN, INFINITY)                    \
+  X(2, TC_F64, double, min_f64, TENSOR_COMB_MIN, INFINITY)                   \
+  X(2, TC_I32, int32_t, min_i32, TENSOR_COMB_MIN, INT32_MAX)                 \
+  X(2, TC_I64, int64_t, min_i64, TENSOR_COMB_MIN, INT64_MAX)                 \
+  X(2, TC_BOOL, uint8_t, min_b8, TENSOR_COMB_MIN, 1)
+#define TENSOR_RED_KEY(kind, dt) ((kind) * TC_DTYPE__MAX + (dt))
 /* Combine m chunk partials p (of dtype dt) in the canonical pairwise order
-** into *out; kind 0 sum, 1 max, 2 min (ORDER RED: kir_red's order). Sums
-** exist for f32, f64 and i64 (narrower integers sum in i64); max and min
-** for f32, f64, i32, i64 and bool. Returns -1 for a pair it does not do. */
+** into *out, for a (kind, dtype) of TENSOR_RED_CASES. Returns -1 for a
+** pair it does not do. */
 int tensor_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out);
 /* Sum chunk partials in place, canonical pairwise order. */
 float tensor_combine_f32(float *p, int64_t m);
