@@ -4,9 +4,13 @@
 ** raised exactly as in eager mode); views of lazy tensors are lazy views;
 ** in-place ops are functionalized. Realization lives in region.c.
 */
+#include <linux/futex.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "trace_int.h"
 
@@ -14,19 +18,42 @@ trace_state trace_g;
 
 /* -- The lock ----------------------------------------------------------------- */
 
-static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Taken twice per traced op (the handler, and a region's realization or a
+** scope's releases), almost never contended: a futex word (Drepper's
+** "Futexes are tricky", mutex 2) costs one atomic each way where a
+** pthread mutex costs some 60 instructions a pair. 0 free, 1 held, 2 held
+** with waiters. */
+static atomic_int graph_lock;
 static _Thread_local int lock_depth;   /* reentrant on one thread */
+
+static void futex(atomic_int *w, int op, int val)
+{
+  syscall(SYS_futex, w, op, val, NULL, NULL, 0);
+}
 
 void trace_lock(void)
 {
-  if (lock_depth++ == 0)
-    pthread_mutex_lock(&graph_lock);
+  if (lock_depth++ > 0)
+    return;
+  int c = 0;
+  if (atomic_compare_exchange_strong_explicit(&graph_lock, &c, 1,
+                                              memory_order_acquire,
+                                              memory_order_relaxed))
+    return;
+  if (c != 2)
+    c = atomic_exchange_explicit(&graph_lock, 2, memory_order_acquire);
+  while (c != 0) {
+    futex(&graph_lock, FUTEX_WAIT_PRIVATE, 2);
+    c = atomic_exchange_explicit(&graph_lock, 2, memory_order_acquire);
+  }
 }
 
 void trace_unlock(void)
 {
-  if (--lock_depth == 0)
-    pthread_mutex_unlock(&graph_lock);
+  if (--lock_depth > 0)
+    return;
+  if (atomic_exchange_explicit(&graph_lock, 0, memory_order_release) == 2)
+    futex(&graph_lock, FUTEX_WAKE_PRIVATE, 1);
 }
 
 /* -- Nodes ------------------------------------------------------------------ */
@@ -79,9 +106,9 @@ static trace_node *node_alloc(void)
 
 void trace_node_retain(trace_node *n) { n->refs++; }
 
-void trace_node_release(trace_node *n)
+void trace_node_free(trace_node *n)
 {
-  while (n && --n->refs <= 0) {
+  do {
     /* Free iteratively along the first input; recurse on the others. */
     trace_node *next = NULL;
     for (int i = 0; i < n->nin; i++) {
@@ -107,7 +134,7 @@ void trace_node_release(trace_node *n)
       free(n);
     }
     n = next;
-  }
+  } while (n && --n->refs <= 0);
 }
 
 /* -- Structure hashes ------------------------------------------------------ */
@@ -251,6 +278,7 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
     tensor_contiguous_strides(ndim, shape, h->stride);
   }
   h->lazy = n;
+  h->lazy_plain = !g || shows_node(h, n);   /* asked of every edge read */
   h->grad_meta = NULL;
   handle_link(n, h);
   return h;
@@ -311,7 +339,7 @@ static void edge_of(tc_tensor *t, trace_edge *e)
 {
   if (t->lazy) {
     trace_node *n = t->lazy;
-    e->viewed = !shows_node(t, n);
+    e->viewed = !t->lazy_plain;
     if (e->viewed)
       tensor_geom_of(t, &e->geom);
     e->node = n;
@@ -460,7 +488,7 @@ static tc_tensor *trace_contiguous(const eager_call *c)
   if (!a->lazy)
     return run_cpu(c);
   trace_node *n = a->lazy;
-  if (shows_node(a, n) && a->dtype == c->dtype)
+  if (a->lazy_plain && a->dtype == c->dtype)
     return trace_handle_new(n, NULL);   /* a new handle, same value */
   return trace_functional(c);
 }
@@ -476,8 +504,7 @@ static tc_tensor *trace_inplace(const eager_call *c)
     return NULL;
   if (dst->lazy) {
     trace_node *old = dst->lazy;
-    bool sole = old->handles == dst && !dst->lazy_next &&
-                shows_node(dst, old);
+    bool sole = old->handles == dst && !dst->lazy_next && dst->lazy_plain;
     if (!sole && tensor_hooks.realize(dst) < 0)
       return NULL;
     if (sole) {
@@ -487,6 +514,7 @@ static tc_tensor *trace_inplace(const eager_call *c)
       /* Rebind: the handle now shows twin(old, src). */
       handle_unlink(old, dst);
       dst->lazy = n;
+      dst->lazy_plain = shows_node(dst, n);
       handle_link(n, dst);
       trace_node_release(old);
       if (reads_exposed(n) && trace_realize_tensor(dst) < 0)

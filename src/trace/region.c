@@ -109,18 +109,34 @@ typedef struct {
   tc_tensor *dest;
 } req;
 
+/* A realization's requests: a few, inline (no allocation on the path of
+** a small region realized every iteration), more on the heap. */
+#define REQS_INLINE 8
+
 typedef struct {
   int n, cap;
-  req *at;
+  req *at;               /* inl, or owned */
+  req inl[REQS_INLINE];
 } reqs;
+
+#define REQS_INIT(q) { .n = 0, .cap = REQS_INLINE, .at = (q).inl }
 
 static int req_add(reqs *r, trace_node *n, tc_tensor *dest)
 {
   for (int i = 0; i < r->n; i++)
     if (r->at[i].node == n && r->at[i].dest == dest)
       return 0;
-  if (grow((void **)&r->at, &r->cap, r->n + 1, sizeof *r->at) < 0)
-    return -1;
+  if (r->n == r->cap) {
+    int cap = 2 * r->cap;
+    req *p = r->at == r->inl ? malloc(sizeof *p * (size_t)cap)
+                             : realloc(r->at, sizeof *p * (size_t)cap);
+    if (!p)
+      return -1;
+    if (r->at == r->inl)
+      memcpy(p, r->inl, sizeof r->inl);
+    r->at = p;
+    r->cap = cap;
+  }
   r->at[r->n++] = (req){ n, dest };
   return 0;
 }
@@ -245,22 +261,15 @@ static int64_t node_numel(const trace_node *n)
 ** statistics a backward pass saves, say) are stored, since storing them costs little beside what the
 ** region computes and a later read would run them again, and so are small
 ** ones whose recomputation would run a matmul again (the residual stream
-** of a decoding step, TUNE_COSTLY_SURVIVOR_MAX); the rest stay lazy. */
-static int add_survivors(reqs *q, trace_node *n, int64_t small,
-                         uint64_t epoch)
+** of a decoding step, TUNE_COSTLY_SURVIVOR_MAX); the rest stay lazy. The
+** region builder asks this of each pending node as it collects it (one
+** walk of the region, not two): `before` is the count of realizations
+** done before this one. */
+static bool survives(const trace_node *n, int64_t small, uint64_t before)
 {
-  if (n->mark == epoch || n->value)
-    return 0;
-  n->mark = epoch;
-  if (n->handles &&
-      (n->born < trace_g.realizations || node_numel(n) <= small ||
-       (n->costly && node_numel(n) <= TUNE_COSTLY_SURVIVOR_MAX)) &&
-      req_add(q, n, NULL) < 0)
-    return -1;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i].node && add_survivors(q, n->in[i].node, small, epoch) < 0)
-      return -1;
-  return 0;
+  return n->handles &&
+         (n->born < before || node_numel(n) <= small ||
+          (n->costly && node_numel(n) <= TUNE_COSTLY_SURVIVOR_MAX));
 }
 
 /* -- Building the region ----------------------------------------------------- */
@@ -272,6 +281,9 @@ typedef struct {
   int cap_nodes, cap_inputs, cap_outputs;
   uint64_t h;            /* the structure hash being built */
   bool spare;            /* its arrays are the spare's */
+  reqs *q;               /* borrowed: the outputs, survivors appended */
+  int64_t small;         /* survives()'s size bound */
+  uint64_t before;       /* realizations done before this one */
 } builder;
 
 static builder spare;    /* arrays of the last region, for the next one */
@@ -318,6 +330,10 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
     return 0;
   }
   n->mark = epoch;
+  /* Found before its operands, as the outputs are: the same order as a
+  ** separate walk's. */
+  if (survives(n, b->small, b->before) && req_add(b->q, n, NULL) < 0)
+    return -1;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
     int rc = e->leaf   ? collect_input(b, e->leaf, true,
@@ -354,7 +370,9 @@ static void region_free(builder *b)
   free(r->result);
 }
 
-static int region_build(builder *b, const reqs *q)
+/* Build the region for outputs q; the survivors it finds are appended to
+** q (and are outputs too). */
+static int region_build(builder *b, reqs *q, int64_t small, uint64_t before)
 {
   if (!spare_busy) {
     *b = spare;
@@ -364,8 +382,15 @@ static int region_build(builder *b, const reqs *q)
   }
   trace_region *r = &b->r;
   r->nnodes = r->ninputs = 0;
-  r->noutputs = q->n;
+  r->noutputs = 0;
   b->h = TRACE_HASH_SEED;
+  b->q = q;
+  b->small = small;
+  b->before = before;
+  uint64_t epoch = ++trace_g.epoch;
+  for (int i = 0; i < q->n; i++)   /* q grows as survivors are found */
+    if (collect(b, q->at[i].node, epoch) < 0)
+      return -1;
   if (q->n > b->cap_outputs) {
     int cap = q->n < 16 ? 16 : q->n;
     trace_node **o = realloc(r->outputs, sizeof *o * (size_t)cap);
@@ -378,19 +403,15 @@ static int region_build(builder *b, const reqs *q)
                         : NULL;
     if (res)
       r->result = res;
-    if (!res) {
-      r->noutputs = 0;
+    if (!res)
       return -1;
-    }
     b->cap_outputs = cap;
   }
+  r->noutputs = q->n;
   memset(r->result, 0, sizeof *r->result * (size_t)q->n);
-  uint64_t epoch = ++trace_g.epoch;
   for (int i = 0; i < q->n; i++) {
     r->outputs[i] = q->at[i].node;
     r->dest[i] = q->at[i].dest;
-    if (collect(b, q->at[i].node, epoch) < 0)
-      return -1;
   }
   /* Write-back targets are inputs too, so guards see their aliasing. */
   for (int i = 0; i < q->n; i++) {
@@ -590,20 +611,14 @@ static int realize(reqs *q)
     clear_binds(q);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   }
-  int64_t small = 0;   /* see add_survivors */
+  int64_t small = 0;   /* see survives */
   for (int i = 0; i < q->n; i++)
     if (node_numel(q->at[i].node) / TUNE_SMALL_OUTPUT_DIV > small)
       small = node_numel(q->at[i].node) / TUNE_SMALL_OUTPUT_DIV;
-  uint64_t epoch = ++trace_g.epoch;
-  for (int i = 0, n = q->n; i < n; i++)
-    if (add_survivors(q, q->at[i].node, small, epoch) < 0) {
-      clear_binds(q);
-      return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
-    }
-  trace_g.realizations++;
   builder b;
   trace_region *r = &b.r;
-  if (region_build(&b, q) < 0) {
+  int built = region_build(&b, q, small, trace_g.realizations++);
+  if (built < 0) {
     for (int i = 0; i < r->nnodes; i++)
       r->nodes[i]->slot = -1;
     region_free(&b);
@@ -656,12 +671,13 @@ static int realize(reqs *q)
 
 static void reqs_free(reqs *q)
 {
-  free(q->at);
+  if (q->at != q->inl)
+    free(q->at);
 }
 
 int trace_realize_tensor(tc_tensor *t)
 {
-  reqs q = { 0 };
+  reqs q = REQS_INIT(q);
   int rc = 0;
   if (t->lazy)
     rc = req_add(&q, t->lazy, NULL);
@@ -677,7 +693,7 @@ int trace_realize_tensor(tc_tensor *t)
 
 int trace_flush_storage(tensor_storage *s)
 {
-  reqs q = { 0 };
+  reqs q = REQS_INIT(q);
   int rc = 0;
   for (int i = 0; i < trace_g.npending && rc == 0; i++)
     if (trace_g.pending[i].dst->storage == s)
@@ -690,7 +706,7 @@ int trace_flush_storage(tensor_storage *s)
 
 int trace_sync(void)
 {
-  reqs q = { 0 };
+  reqs q = REQS_INIT(q);
   int rc = 0;
   for (int i = 0; i < trace_g.npending && rc == 0; i++)
     rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
@@ -721,7 +737,7 @@ static bool reads_storage(trace_node *n, const tensor_storage *s,
 
 int trace_expose(tc_tensor *t)
 {
-  reqs q = { 0 };
+  reqs q = REQS_INIT(q);
   int rc = 0;
   for (int i = 0; i < trace_g.npending && rc == 0; i++)
     if (trace_g.pending[i].dst->storage == t->storage ||
@@ -742,7 +758,7 @@ int trace_expose(tc_tensor *t)
 
 int trace_realize_all(void)
 {
-  reqs q = { 0 };
+  reqs q = REQS_INIT(q);
   int rc = 0;
   for (int i = 0; i < trace_g.npending && rc == 0; i++)
     rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);

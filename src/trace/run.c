@@ -187,9 +187,15 @@ static int run_extern(const trace_region *r, const fuse_plan *p,
 static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
                          trace_region *r)
 {
+  /* Small plans (every plan of a small region run each iteration) keep
+  ** their temporaries and outputs on the stack: no allocation per run. */
+  enum { INLINE = 16 };
+  tc_tensor *temp_inl[INLINE] = { 0 }, *out_inl[INLINE] = { 0 };
   run_state rs;
-  rs.temp = calloc((size_t)p->ntemps + 1, sizeof *rs.temp);
-  rs.out = calloc((size_t)r->noutputs + 1, sizeof *rs.out);
+  rs.temp = p->ntemps <= INLINE ? temp_inl
+            : calloc((size_t)p->ntemps, sizeof *rs.temp);
+  rs.out = r->noutputs <= INLINE ? out_inl
+           : calloc((size_t)r->noutputs, sizeof *rs.out);
   int rc = rs.temp && rs.out ? 0 : -1;
   for (int s = 0; s < p->nsteps && rc == 0; s++) {
     const fuse_step *st = &p->steps[s];
@@ -230,8 +236,10 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
     tensor_unref(rs.temp[i]);
   for (int i = 0; i < r->noutputs && rs.out; i++)
     tensor_unref(rs.out[i]);
-  free(rs.temp);
-  free(rs.out);
+  if (rs.temp != temp_inl)
+    free(rs.temp);
+  if (rs.out != out_inl)
+    free(rs.out);
   return rc;
 }
 

@@ -67,7 +67,14 @@ static inline uint64_t trace_hash_word(uint64_t h, uint64_t v)
 void trace_node_retain(trace_node *n);
 /* The structure hash a leaf edge of a tensor of ndim dims contributes. */
 uint64_t trace_leaf_hash(int ndim);
-void trace_node_release(trace_node *n);
+/* Free n, whose last reference is gone, and release its inputs. */
+void trace_node_free(trace_node *n);
+/* Inline: most releases (a handle's, an edge's) leave the node alive. */
+static inline void trace_node_release(trace_node *n)
+{
+  if (n && --n->refs <= 0)
+    trace_node_free(n);
+}
 tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g);
 void trace_materialize_handles(trace_node *n, tc_tensor *v);
 

@@ -450,6 +450,105 @@ static void test_trace_compile_failure_falls_back(void **state)
   tc_release(w);
 }
 
+/* -- Small regions run every iteration ------------------------------------ */
+
+/* W9's program: a chain of 25 pointwise ops whose result is read every
+** iteration. Compiled, the same region is realized again and again; these
+** runs vary one thing at a time and each must compute what eager does, bit
+** for bit (a shape, a dtype, aliasing, an input written in place between
+** iterations, a view for a contiguous input, a scalar). */
+static void small_chain(tc_tensor *x, tc_tensor *y, double s, double *out,
+                        size_t n)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *a = x;
+  for (int i = 0; i < 5; i++) {
+    a = tc_add(a, y);
+    a = tc_mul_scalar(a, s);
+    a = tc_sub(a, x);
+    a = tc_mul(a, y);
+    a = tc_add_scalar(a, 0.25);
+  }
+  assert_int_equal(tc_copy_to(tc_cast(a, TC_F64), out,
+                              n * sizeof(double)), 0);
+  tc_scope_end(mark);
+}
+
+/* Run the chain compiled `iters` times (each result checked against an
+** eager run of the same inputs made just before), return the regions run
+** through compiled kernels. */
+static uint64_t small_chain_check(tc_tensor *x, tc_tensor *y, double s,
+                                  int iters)
+{
+  size_t n = (size_t)tc_numel(x);
+  double want[256], got[256];
+  assert_true(n <= 256);
+  tc_stats before, after;
+  tc_stats_get(&before);
+  for (int i = 0; i < iters; i++) {
+    tc_compile_set(false);
+    small_chain(x, y, s, want, n);
+    tc_compile_set(true);
+    small_chain(x, y, s, got, n);
+    assert_memory_equal(want, got, n * sizeof(double));
+  }
+  tc_stats_get(&after);
+  return after.regions_compiled - before.regions_compiled;
+}
+
+static void test_trace_small_chain_not_fooled(void **state)
+{
+  (void)state;
+  tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(64), 21);
+  tc_tensor *y = tc_rand(TC_F32, TC_SHAPE(64), 22);
+  /* Hot and compiled: later runs are compiled, one table entry. */
+  assert_true(small_chain_check(x, y, 0.5, 6) >= 4);
+  int ns, nv;
+  cache_counts(&ns, &nv);
+  assert_int_equal(ns, 1);
+  assert_int_equal(nv, 1);
+  /* A different scalar is an argument, not structure: still compiled. */
+  assert_int_equal(small_chain_check(x, y, -3.0, 3), 3);
+  /* Another shape. */
+  tc_tensor *x2 = tc_randn(TC_F32, TC_SHAPE(65), 23);
+  tc_tensor *y2 = tc_rand(TC_F32, TC_SHAPE(65), 24);
+  small_chain_check(x2, y2, 0.5, 4);
+  /* Another dtype. */
+  tc_tensor *x3 = tc_cast(x, TC_F64), *y3 = tc_cast(y, TC_F64);
+  small_chain_check(x3, y3, 0.5, 4);
+  /* Aliasing: both inputs one tensor, then two views of one storage. */
+  small_chain_check(x, x, 0.5, 4);
+  tc_tensor *both = tc_randn(TC_F32, TC_SHAPE(2, 64), 25);
+  tc_tensor *b0 = tc_slice(both, 0, 0, 1, 1), *b1 = tc_slice(both, 0, 1, 2, 1);
+  tc_tensor *r0 = tc_squeeze(b0, 0), *r1 = tc_squeeze(b1, 0);
+  small_chain_check(r0, r1, 0.5, 4);
+  /* A strided view for a contiguous input. */
+  tc_tensor *wide = tc_randn(TC_F32, TC_SHAPE(128), 26);
+  tc_tensor *strided = tc_slice(wide, 0, 0, 128, 2);
+  small_chain_check(strided, y, 0.5, 4);
+  small_chain_check(x, strided, 0.5, 4);
+  /* An input written in place between iterations (eagerly and lazily). */
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(tc_add_scalar_(y, 0.125), 0);
+    small_chain_check(x, y, 0.5, 1);
+  }
+  /* And back to the first inputs: still right, still compiled. */
+  assert_int_equal(small_chain_check(x, y, 0.5, 3), 3);
+  tc_release(x);
+  tc_release(y);
+  tc_release(x2);
+  tc_release(y2);
+  tc_release(x3);
+  tc_release(y3);
+  tc_release(both);
+  tc_release(b0);
+  tc_release(b1);
+  tc_release(r0);
+  tc_release(r1);
+  tc_release(wide);
+  tc_release(strided);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -474,6 +573,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_trace_guards_many_inputs_alias,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_region_table_bounded, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_trace_small_chain_not_fooled, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_compile_failure_falls_back,
                                     setup, teardown),
