@@ -50,6 +50,23 @@ const char *jcuda_device_reason(void);   /* NULL when available */
 #define JCUDA_ENTRY "tck_main"
 #define JCUDA_MAX_THREADS 1024
 
+/* The launch ABI. Under NVRTC tck_main is a device function; the kernel
+** launched is
+**   extern "C" __global__ void tck_entry(const __grid_constant__ tck_params p)
+** whose one by-value parameter holds, as 8-byte words in order: bufs
+** (nbufs device pointers), scalars (nscalars doubles), dims (the dynamic
+** layout, kir_dyn_len words), lo, hi; each array at least one word long.
+** A host build of the same text gets `void tck_entry(const tck_params *)`
+** instead (the fake driver of tests/jit_cuda calls it). */
+#define JCUDA_LAUNCH_ENTRY "tck_entry"
+void jcuda_params_counts(const kir_kernel *k, int *nbufs, int *nscalars,
+                         int *ndims);
+size_t jcuda_params_size(const kir_kernel *k);   /* bytes */
+/* Fill out (jcuda_params_size(k) bytes); dims may be NULL (static). */
+void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
+                       const double *scalars, const int64_t *dims,
+                       int64_t lo, int64_t hi);
+
 /* Render k as a self-contained CUDA C translation unit (approx.h included
 ** in the text). Returns a malloc'd string, or NULL with a one-line reason
 ** when k uses something the renderer does not emit (an integer DIV, a
@@ -80,7 +97,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** NVRTC version, options and arch, and the renderer's version
 ** ("cuda nvrtc 13.0 sm_90 render 1 -fmad=false ..."). Into buf; returns
 ** buf. */
-#define JCUDA_RENDER_VERSION 2
+#define JCUDA_RENDER_VERSION 3
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif
