@@ -37,6 +37,56 @@
 bool jcuda_device_available(void);
 const char *jcuda_device_reason(void);   /* NULL when available */
 
+/* A device address (CUdeviceptr), and a loaded kernel (CUfunction). */
+typedef unsigned long long jcuda_ptr;
+typedef void *jcuda_function;
+
+/* Each returns 0, or -1 with a tc error (TC_E_DEVICE) naming the driver
+** call and carrying the driver's error string, or saying why there is no
+** device. All work goes to one stream in order; host copies wait for it. */
+int jcuda_arch(char *buf, size_t len);   /* "sm_90": NVRTC's -arch */
+int jcuda_sm_count(void);                /* multiprocessors (0: none) */
+int jcuda_sync(void);                    /* wait for the stream */
+int jcuda_copy_htod(jcuda_ptr dst, const void *src, size_t nbytes);
+int jcuda_copy_dtoh(void *dst, jcuda_ptr src, size_t nbytes);
+int jcuda_copy_dtod(jcuda_ptr dst, jcuda_ptr src, size_t nbytes);
+int jcuda_memset(jcuda_ptr dst, int byte, size_t nbytes);
+/* Load a cubin (cuModuleLoadData) and find JCUDA_LAUNCH_ENTRY in it. */
+int jcuda_module_load(const void *image, jcuda_function *fn);
+/* Launch fn on grid x block threads; params is its tck_params
+** (jcuda_params_pack), copied by the driver at the call. */
+int jcuda_launch(jcuda_function fn, unsigned grid, unsigned block,
+                 void *params);
+/* The driver's own allocation (cuMemAlloc / cuMemFree): devalloc.c's. */
+int jcuda_raw_alloc(jcuda_ptr *p, size_t nbytes);
+int jcuda_raw_free(jcuda_ptr p);
+void jcuda_release_staging(void);
+
+/* -- The caching device allocator (devalloc.c) -------------------------------
+** PyTorch's idea, simplified for one stream: freed blocks go to a free
+** list by size class and the next request of that class takes one back at
+** once (on one stream, work queued before the free is ordered before any
+** reuse). Size classes: requests up to 1 MiB round up to a multiple of
+** 512 B; larger ones to a multiple of 2 MiB. A request is served only by
+** a cached block of exactly its class (no splitting), so a block's size is
+** known from the request. When cuMemAlloc fails, the cache is released
+** and the allocation tried once more. The cache is released at exit. */
+typedef struct {
+  uint64_t bytes_in_use;     /* blocks handed out (class sizes) */
+  uint64_t bytes_reserved;   /* in use + cached: what the driver holds */
+  uint64_t cache_hits;       /* requests served from the cache */
+  uint64_t driver_allocs;    /* requests that called cuMemAlloc */
+} jcuda_alloc_stats;
+
+size_t jcuda_alloc_class(size_t nbytes);   /* the class size of a request */
+/* A block of at least nbytes (0 for nbytes == 0: no block), or 0 with the
+** error set. */
+int jcuda_alloc(jcuda_ptr *p, size_t nbytes);
+void jcuda_free(jcuda_ptr p, size_t nbytes);   /* nbytes: as allocated */
+void jcuda_alloc_stats_get(jcuda_alloc_stats *out);
+/* Give every cached block back to the driver. */
+void jcuda_alloc_release_cache(void);
+
 /* -- Rendering ------------------------------------------------------------------ */
 
 /* Entry point of every rendered kernel:

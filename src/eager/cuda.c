@@ -1,0 +1,417 @@
+/*
+** cuda.c -- the CUDA dispatch key. Device storage comes from jit_cuda's
+** caching allocator (registered with tensor at init); tc_to moves tensors
+** between devices. Eager CUDA ops are one-op kernel IR (DESIGN.md): the
+** call becomes a one-node fuse graph, fuse_build plans it shape-dynamic (so
+** one kernel serves every shape), jit_cuda renders each kernel step, NVRTC
+** compiles it on first use (kept in memory by its source text) and it is
+** launched on tc's stream. Extern steps (matmul, argmax, cumsum, ...) have
+** no CUDA implementation yet and fail with a clear error.
+*/
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eager.h"
+#include "../fuse/fuse.h"
+#include "../jit_cuda/jit_cuda.h"
+
+/* -- Device memory, for tensor ----------------------------------------------- */
+
+static int dev_alloc(void **p, size_t nbytes)
+{
+  jcuda_ptr d = 0;
+  int rc = jcuda_alloc(&d, nbytes);
+  *p = (void *)(uintptr_t)d;
+  return rc;
+}
+
+static void dev_free(void *p, size_t nbytes)
+{
+  jcuda_free((jcuda_ptr)(uintptr_t)p, nbytes);
+}
+
+static int dev_to_device(void *dst, const void *src, size_t nbytes)
+{
+  return jcuda_copy_htod((jcuda_ptr)(uintptr_t)dst, src, nbytes);
+}
+
+static int dev_to_host(void *dst, const void *src, size_t nbytes)
+{
+  return jcuda_copy_dtoh(dst, (jcuda_ptr)(uintptr_t)src, nbytes);
+}
+
+static int dev_to_dev(void *dst, const void *src, size_t nbytes)
+{
+  return jcuda_copy_dtod((jcuda_ptr)(uintptr_t)dst,
+                         (jcuda_ptr)(uintptr_t)src, nbytes);
+}
+
+static const tensor_device_ops cuda_ops = {
+  dev_alloc, dev_free, dev_to_device, dev_to_host, dev_to_dev,
+};
+
+/* -- Moving tensors -------------------------------------------------------------- */
+
+static size_t nbytes_of(const tc_tensor *t)
+{
+  return (size_t)t->numel * tensor_dtype_size[t->dtype];
+}
+
+tc_tensor *eager_cuda_from_host(const char *fn, tc_tensor *t)
+{
+  if (!jcuda_device_available()) {
+    tc_seterr(TC_E_DEVICE, "%s: CUDA is not available: %s", fn,
+              jcuda_device_reason());
+    return NULL;
+  }
+  tc_tensor *src = tensor_is_contiguous(t) ? tensor_ref(t)
+                   : eager_contiguous_copy(t, (tc_dtype)t->dtype);
+  tc_tensor *d = src ? tensor_new_on(TC_DEV_CUDA, (tc_dtype)t->dtype,
+                                     t->ndim, t->shape) : NULL;
+  if (d && nbytes_of(d) &&
+      cuda_ops.to_device(tensor_ptr(d), tensor_ptr(src), nbytes_of(d)) < 0) {
+    tensor_unref(d);
+    d = NULL;
+  }
+  tensor_unref(src);
+  return d;
+}
+
+/* The elements t (a view of device storage; strides >= 0) can reach:
+** [offset, offset + span). */
+static int64_t span_of(const tc_tensor *t)
+{
+  int64_t last = 0;
+  for (int i = 0; i < t->ndim; i++)
+    last += (t->shape[i] - 1) * t->stride[i];
+  return t->numel ? last + 1 : 0;
+}
+
+tc_tensor *eager_cuda_to_host(tc_tensor *t)
+{
+  const int64_t span = span_of(t);
+  tc_tensor *raw = tensor_new((tc_dtype)t->dtype, 1, &span);
+  if (!raw)
+    return NULL;
+  size_t n = (size_t)span * tensor_dtype_size[t->dtype];
+  if (n && cuda_ops.to_host(tensor_ptr(raw), tensor_ptr(t), n) < 0) {
+    tensor_unref(raw);
+    return NULL;
+  }
+  if (tensor_is_contiguous(t)) {   /* the span is the tensor */
+    tc_tensor *v = tensor_new_view(raw, t->ndim, t->shape, t->stride, 0);
+    tensor_unref(raw);
+    return v;
+  }
+  tc_tensor *v = tensor_new_view(raw, t->ndim, t->shape, t->stride, 0);
+  tensor_unref(raw);
+  tc_tensor *c = v ? eager_contiguous_copy(v, (tc_dtype)t->dtype) : NULL;
+  tensor_unref(v);
+  return c;
+}
+
+/* -- Kernels: compiled on first use, kept by source text --------------------- */
+
+typedef struct cuda_kernel {
+  struct cuda_kernel *next;
+  char *src;                 /* owned: the key */
+  jcuda_function fn;
+} cuda_kernel;
+
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+static cuda_kernel *kernels;
+
+static char *nvrtc_cubin(const char *fn, const char *src)
+{
+  char arch[16], *image = NULL, *log = NULL;
+  size_t len = 0;
+  if (jcuda_arch(arch, sizeof arch) < 0)
+    return NULL;
+  if (jcuda_nvrtc_compile(src, arch, JCUDA_CUBIN, &image, &len, &log) < 0) {
+    tc_seterr(TC_E_DEVICE, "%s: NVRTC failed: %.160s", fn,
+              log ? log : "no log");
+    if (log)
+      tensor_log(TC_LOG_COMPILE, "NVRTC failed:\n%s", log);
+  }
+  free(log);
+  return image;
+}
+
+static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
+{
+  char why[160];
+  char *src = jcuda_render(k, why, sizeof why);
+  if (!src) {
+    tc_seterr(TC_E_DEVICE, "%s: cannot render the CUDA kernel: %s", fn, why);
+    return NULL;
+  }
+  pthread_mutex_lock(&kernels_lock);
+  cuda_kernel *ck = kernels;
+  while (ck && strcmp(ck->src, src) != 0)
+    ck = ck->next;
+  jcuda_function f = ck ? ck->fn : NULL;
+  if (!ck) {
+    char *image = nvrtc_cubin(fn, src);
+    if (image && jcuda_module_load(image, &f) == 0 &&
+        (ck = malloc(sizeof *ck)) != NULL) {
+      *ck = (cuda_kernel){ kernels, src, f };
+      kernels = ck;
+      src = NULL;   /* the entry owns it */
+      eager_count(ST_KERNELS_COMPILED);
+    } else if (image && f) {
+      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+      f = NULL;
+    }
+    free(image);
+  }
+  pthread_mutex_unlock(&kernels_lock);
+  free(src);
+  return f;
+}
+
+/* A grid-stride launch: enough blocks to fill the device a few times over,
+** never more than there is work for. MAP: threads are points; ROWS: blocks
+** are rows, a power-of-two block (16 to 256) sized to the row. Results do
+** not depend on either (render.c). */
+static void launch_shape(const kir_kernel *k, int64_t units, unsigned *grid,
+                         unsigned *block)
+{
+  int64_t want_blocks = units;
+  if (k->kind == KIR_MAP) {
+    *block = 256;
+    want_blocks = (units + 255) / 256;
+  } else {
+    unsigned b = 16;
+    while (b < 256 && (int64_t)b < k->row_len)
+      b *= 2;
+    *block = b;
+  }
+  int64_t cap = (int64_t)jcuda_sm_count() * 4;
+  *grid = (unsigned)(want_blocks < 1 ? 1 : want_blocks < cap ? want_blocks
+                                                             : cap);
+}
+
+/* -- Running one op's plan -------------------------------------------------------- */
+
+typedef struct {
+  const eager_call *c;
+  const fuse_plan *p;
+  tc_tensor *const *inputs;
+  tc_tensor **temp;          /* per plan temporary (owned) */
+  tc_tensor *out;            /* the result (owned) */
+} op_run;
+
+static tc_tensor *ref_tensor(op_run *r, fuse_ref ref)
+{
+  const eager_call *c = r->c;
+  switch (ref.kind) {
+  case FREF_INPUT:
+    return r->inputs[ref.index];
+  case FREF_TEMP:
+    if (!r->temp[ref.index]) {
+      const fuse_temp *t = &r->p->temps[ref.index];
+      r->temp[ref.index] = tensor_new_on(TC_DEV_CUDA, (tc_dtype)t->dtype,
+                                         t->ndim, t->shape);
+    }
+    return r->temp[ref.index];
+  case FREF_OUTPUT:
+    if (!r->out)
+      r->out = tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim, c->shape);
+    return r->out;
+  }
+  tc_seterr(TC_E_INTERNAL, "%s: a CUDA plan refers to an unknown value",
+            c->fn);
+  return NULL;
+}
+
+static int run_kernel_step(op_run *r, const fuse_step *st)
+{
+  const kir_kernel *k = st->k;
+  char *bufs[KIR_MAX_BUFS];
+  double scal[KIR_MAX_SCALARS];
+  for (int i = 0; i < k->nbufs; i++) {
+    tc_tensor *t = ref_tensor(r, st->buf[i]);
+    if (!t)
+      return -1;
+    bufs[i] = (char *)tensor_ptr(t) +
+              st->buf_off[i] * (int64_t)tensor_dtype_size[k->buf[i].dtype];
+  }
+  for (int i = 0; i < st->nscal; i++)
+    scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN ? (double)k->row_len
+              : r->c->s[st->scal[i].which];
+  int64_t units = kir_units(k);
+  if (units == 0)
+    return 0;
+  jcuda_function f = kernel_function(r->c->fn, k);
+  if (!f)
+    return -1;
+  int ndyn = k->dynamic ? kir_dyn_len(k) : 0;
+  int64_t *dims = ndyn ? malloc(sizeof(int64_t) * (size_t)ndyn) : NULL;
+  void *params = malloc(jcuda_params_size(k));
+  int rc = -1;
+  if ((ndyn && !dims) || !params) {
+    tc_seterr(TC_E_NOMEM, "%s: out of memory", r->c->fn);
+  } else {
+    if (dims)
+      kir_dyn_fill(k, dims);
+    jcuda_params_pack(k, params, bufs, scal, dims, 0, units);
+    unsigned grid, block;
+    launch_shape(k, units, &grid, &block);
+    rc = jcuda_launch(f, grid, block, params);
+    eager_count(ST_KERNELS_LAUNCHED);
+  }
+  free(dims);
+  free(params);
+  return rc;
+}
+
+static int run_plan(op_run *r)
+{
+  for (int s = 0; s < r->p->nsteps; s++) {
+    const fuse_step *st = &r->p->steps[s];
+    if (st->kind != FSTEP_KERNEL) {
+      tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet", r->c->fn,
+                op_table[st->kind == FSTEP_EXTERN ? st->op : r->c->op].name);
+      return -1;
+    }
+    if (run_kernel_step(r, st) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The one-node graph of call c over its (distinct) input tensors. */
+static int graph_of(const eager_call *c, fuse_node *n, tc_tensor **inputs,
+                    int *ninputs)
+{
+  memset(n, 0, sizeof *n);
+  n->op = (uint16_t)c->op;
+  n->dtype = (uint8_t)c->dtype;
+  n->cdtype = (uint8_t)c->cdtype;
+  n->ndim = c->ndim;
+  memcpy(n->shape, c->shape, sizeof(int64_t) * (size_t)c->ndim);
+  n->nin = c->nin;
+  n->dim = c->dim;
+  n->keepdim = c->keepdim;
+  n->sc[0] = (fuse_scalar){ 0, 0 };
+  n->sc[1] = (fuse_scalar){ 1, 0 };
+  *ninputs = 0;
+  for (int e = 0; e < c->nin; e++) {
+    if (!c->in[e]) {
+      n->in[e].src = FUSE_ABSENT;
+      continue;
+    }
+    int j = 0;
+    while (j < *ninputs && inputs[j] != c->in[e])
+      j++;
+    if (j == *ninputs)
+      inputs[(*ninputs)++] = c->in[e];
+    n->in[e].src = -j - 1;
+  }
+  return 0;
+}
+
+static tc_tensor *run_one_op(const eager_call *c)
+{
+  fuse_node node;
+  tc_tensor *inputs[3];
+  int ninputs;
+  graph_of(c, &node, inputs, &ninputs);
+  const int out_node = 0, out_dest = -1;
+  fuse_graph g = { 1, &node, NULL, ninputs,
+                   (const tc_tensor *const *)inputs, 1, &out_node,
+                   &out_dest };
+  char reason[160];
+  fuse_plan *p = fuse_build(&g, true, reason, sizeof reason);
+  if (!p) {
+    tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet (%s)", c->fn,
+              op_table[c->op].name, reason);
+    return NULL;
+  }
+  op_run r = { c, p, inputs, calloc((size_t)p->ntemps + 1, sizeof(void *)),
+               NULL };
+  int rc = r.temp ? run_plan(&r) : -1;
+  tc_tensor *result = NULL;
+  if (rc == 0) {
+    fuse_ref ref = p->out_ref[0];
+    tc_tensor *v = ref.kind == FREF_OUTPUT || ref.kind == FREF_TEMP
+                   ? ref_tensor(&r, ref) : NULL;
+    result = tensor_ref(v);
+    if (!v)
+      tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet", c->fn,
+                op_table[c->op].name);
+  }
+  for (int i = 0; r.temp && i < p->ntemps; i++)
+    tensor_unref(r.temp[i]);
+  free(r.temp);
+  tensor_unref(r.out);
+  fuse_plan_free(p);
+  return result;
+}
+
+/* -- The CUDA key's handlers --------------------------------------------------------- */
+
+/* Every tensor of c on the device? Else the error the contract names. */
+static bool one_device(const eager_call *c)
+{
+  bool cpu = false, cuda = false;
+  for (int e = 0; e < c->nin; e++)
+    if (c->in[e]) {
+      cpu |= tensor_device_of(c->in[e]) == TC_DEV_CPU;
+      cuda |= tensor_device_of(c->in[e]) == TC_DEV_CUDA;
+    }
+  if (c->dst) {
+    cpu |= tensor_device_of(c->dst) == TC_DEV_CPU;
+    cuda |= tensor_device_of(c->dst) == TC_DEV_CUDA;
+  }
+  if (cpu && cuda) {
+    tc_seterr(TC_E_DEVICE, "%s expects tensors on one device (cpu and "
+              "cuda)", c->fn);
+    return false;
+  }
+  return true;
+}
+
+static tc_tensor *cuda_view(const eager_call *c)
+{
+  const tensor_geom *g = &c->view;
+  return tensor_new_view(c->in[0], g->ndim, g->shape, g->stride, g->offset);
+}
+
+static tc_tensor *cuda_contiguous(const eager_call *c)
+{
+  const tc_tensor *t = c->in[0];
+  if (tensor_is_contiguous(t) && t->dtype == c->dtype)
+    return tensor_new_view(t, t->ndim, t->shape, t->stride, t->offset);
+  eager_call cast = *c;
+  cast.op = TC_OP_CAST;   /* a pointwise copy into a fresh tensor */
+  return run_one_op(&cast);
+}
+
+static tc_tensor *cuda_op(const eager_call *c)
+{
+  if (!one_device(c))
+    return NULL;
+  switch (c->op) {
+  case TC_OP_VIEW:
+    return cuda_view(c);
+  case TC_OP_CONTIGUOUS:
+    return cuda_contiguous(c);
+  default:
+    break;
+  }
+  if (op_table[c->op].flags & OPF_M) {
+    tc_seterr(TC_E_DEVICE, "%s: in-place %s is not available on cuda yet",
+              c->fn, op_table[c->op].name);
+    return NULL;
+  }
+  return run_one_op(c);
+}
+
+void eager_register_cuda(void)
+{
+  tensor_device_register(TC_DEV_CUDA, &cuda_ops);
+  for (int op = 0; op < TC_OP__MAX; op++)
+    eager_register(TC_KEY_CUDA, (tc_op)op, cuda_op);
+}
