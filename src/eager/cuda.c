@@ -389,6 +389,67 @@ static tc_tensor *cuda_contiguous(const eager_call *c)
   return run_one_op(&cast);
 }
 
+/* -- Matmul: cuBLAS ------------------------------------------------------------- */
+
+/* Matmul operand t as a contiguous device tensor of dtype dt. */
+static tc_tensor *gemm_operand(const eager_call *c, tc_tensor *t)
+{
+  eager_call cc = { .op = TC_OP_CONTIGUOUS, .fn = c->fn, .nin = 1,
+                    .in = { t }, .dtype = c->dtype, .cdtype = c->dtype,
+                    .ndim = t->ndim };
+  memcpy(cc.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return cuda_contiguous(&cc);
+}
+
+/* The batch stride of an operand of `count` matrices of `size` elements
+** against the result's `batch`: its own, 0 when one matrix serves every
+** batch, or -1 for a broadcast cuBLAS's strides cannot express. */
+static int64_t batch_stride(int64_t count, int64_t size, int64_t batch)
+{
+  return count == batch ? size : count == 1 ? 0 : -1;
+}
+
+/* torch.matmul for f32 and f64 whose batch dims are equal or absent in
+** each operand (1-D operands as a row or a column). */
+static tc_tensor *cuda_matmul(const eager_call *c)
+{
+  const tc_tensor *a = c->in[0], *b = c->in[1];
+  if (c->dtype != TC_F32 && c->dtype != TC_F64) {
+    tc_seterr(TC_E_DEVICE, "%s: matmul of %s is not available on cuda yet "
+              "(f32 and f64 are)", c->fn, tc_dtype_name(c->dtype));
+    return NULL;
+  }
+  int64_t m = a->ndim == 1 ? 1 : a->shape[a->ndim - 2];
+  int64_t k = a->shape[a->ndim - 1];
+  int64_t n = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
+  int64_t cnum = 1;
+  for (int d = 0; d < c->ndim; d++)
+    cnum *= c->shape[d];
+  int64_t batch = m > 0 && n > 0 ? cnum / (m * n) : 0;
+  int64_t sa = batch_stride(m > 0 && k > 0 ? a->numel / (m * k) : batch,
+                            m * k, batch);
+  int64_t sb = batch_stride(k > 0 && n > 0 ? b->numel / (k * n) : batch,
+                            k * n, batch);
+  if (sa < 0 || sb < 0) {
+    tc_seterr(TC_E_DEVICE, "%s: matmul with partly broadcast batch dims is "
+              "not available on cuda yet", c->fn);
+    return NULL;
+  }
+  tc_tensor *ca = gemm_operand(c, c->in[0]), *cb = gemm_operand(c, c->in[1]);
+  tc_tensor *out = ca && cb ? tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim,
+                                            c->shape) : NULL;
+  if (out && jcuda_gemm(c->dtype, m, n, k, batch,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(out), m * n) < 0) {
+    tensor_unref(out);
+    out = NULL;
+  }
+  tensor_unref(ca);
+  tensor_unref(cb);
+  return out;
+}
+
 static tc_tensor *cuda_op(const eager_call *c)
 {
   if (!one_device(c))
@@ -398,6 +459,8 @@ static tc_tensor *cuda_op(const eager_call *c)
     return cuda_view(c);
   case TC_OP_CONTIGUOUS:
     return cuda_contiguous(c);
+  case TC_OP_MATMUL:
+    return cuda_matmul(c);
   default:
     break;
   }

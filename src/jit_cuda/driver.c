@@ -204,6 +204,12 @@ int jcuda_sm_count(void)
   return jcuda_device_available() ? dev.sm_count : 0;
 }
 
+void *jcuda_stream(void)
+{
+  return jcuda_device_available() && ready(__func__) == 0 ? dev.stream
+                                                          : NULL;
+}
+
 int jcuda_sync(void)
 {
   if (ready(__func__) < 0)

@@ -57,6 +57,15 @@ int jcuda_module_load(const void *image, jcuda_function *fn);
 ** (jcuda_params_pack), copied by the driver at the call. */
 int jcuda_launch(jcuda_function fn, unsigned grid, unsigned block,
                  void *params);
+/* tc's stream (a CUstream, for cuBLAS), or NULL without a device. */
+void *jcuda_stream(void);
+/* Row-major C[i] = A[i] @ B[i] for i < batch through cuBLAS (cublas.c):
+** A m x k, B k x n, C m x n, each contiguous, batch strides in elements (0
+** repeats one matrix); dt TC_F32 or TC_F64. 0, or -1 with the error set
+** (cuBLAS missing, its status string). */
+int jcuda_gemm(tc_dtype dt, int64_t m, int64_t n, int64_t k, int64_t batch,
+               jcuda_ptr a, int64_t stride_a, jcuda_ptr b, int64_t stride_b,
+               jcuda_ptr c, int64_t stride_c);
 /* The driver's own allocation (cuMemAlloc / cuMemFree): devalloc.c's. */
 int jcuda_raw_alloc(jcuda_ptr *p, size_t nbytes);
 int jcuda_raw_free(jcuda_ptr p);

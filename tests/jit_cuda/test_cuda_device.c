@@ -292,6 +292,63 @@ static void test_composites_equal_cpu(void **state)
   tc_release(g);
 }
 
+/* cuBLAS's order is its own (the fake's too): close to the CPU's, not
+** bitwise (NUMERICS.md) */
+static void assert_close(tc_tensor *want, tc_tensor *got)
+{
+  assert_non_null(got);
+  assert_int_equal(tc_numel(want), tc_numel(got));
+  int64_t n = tc_numel(want);
+  double *x = malloc(sizeof(double) * (size_t)n + 8);
+  double *y = malloc(sizeof(double) * (size_t)n + 8);
+  tc_tensor *wx = tc_cast(want, TC_F64), *gy = tc_cast(got, TC_F64);
+  assert_non_null(gy);
+  assert_int_equal(tc_copy_to(wx, x, sizeof(double) * (size_t)n), 0);
+  assert_int_equal(tc_copy_to(gy, y, sizeof(double) * (size_t)n), 0);
+  for (int64_t i = 0; i < n; i++)
+    assert_true(fabs(x[i] - y[i]) <= 1e-5 * (1 + fabs(x[i])));
+  tc_release(wx);
+  tc_release(gy);
+  free(x);
+  free(y);
+}
+
+static void matmul_case(tc_tensor *a, tc_tensor *b)
+{
+  tc_tensor *da = tc_to(a, "cuda"), *db = tc_to(b, "cuda");
+  tc_tensor *want = tc_matmul(a, b), *got = tc_matmul(da, db);
+  if (!got)
+    fail_msg("%s", tc_last_error());
+  assert_int_equal(tc_ndim(want), tc_ndim(got));
+  for (int d = 0; d < tc_ndim(want); d++)
+    assert_int_equal(tc_size(want, d), tc_size(got, d));
+  assert_close(want, got);
+  tc_release(da);
+  tc_release(db);
+  tc_release(want);
+  tc_release(got);
+}
+
+static void test_matmul_through_cublas(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *a = randn(13, 7, 7), *b = randn(7, 5, 8);
+  matmul_case(a, b);                                    /* 2-D */
+  matmul_case(tc_transpose(b, 0, 1), tc_transpose(a, 0, 1));   /* strided */
+  tc_tensor *a3 = tc_randn(TC_F64, TC_SHAPE(3, 4, 6), 9);
+  tc_tensor *b3 = tc_randn(TC_F64, TC_SHAPE(3, 6, 2), 10);
+  matmul_case(a3, b3);                                  /* batched */
+  matmul_case(a3, tc_randn(TC_F64, TC_SHAPE(6, 2), 11));   /* one B */
+  matmul_case(tc_randn(TC_F64, TC_SHAPE(6), 12), b3);   /* 1-D A */
+  tc_tensor *ha = tc_to(tc_cast(a, TC_F16), "cuda");
+  tc_tensor *hb = tc_to(tc_cast(b, TC_F16), "cuda");
+  assert_null(tc_matmul(ha, hb));
+  assert_string_equal(tc_last_error(), "tc_matmul: matmul of f16 is not "
+                      "available on cuda yet (f32 and f64 are)");
+  tc_scope_end(mark);
+}
+
 static void test_mixed_devices_are_an_error(void **state)
 {
   (void)state;
@@ -358,6 +415,7 @@ int main(void)
     cmocka_unit_test(test_pointwise_equals_cpu),
     cmocka_unit_test(test_reductions_equal_cpu),
     cmocka_unit_test(test_composites_equal_cpu),
+    cmocka_unit_test(test_matmul_through_cublas),
     cmocka_unit_test(test_mixed_devices_are_an_error),
     cmocka_unit_test(test_externs_are_not_available_yet),
   };
