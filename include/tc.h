@@ -516,8 +516,9 @@ TC_API bool tc_cuda_available(void);
 ** tc_to(t, "cpu") first). Ops take tensors on one device: mixing CPU and
 ** CUDA tensors fails with "... expects tensors on one device (cpu and
 ** cuda)". On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
-** (even under TC_COMPILE); extern ops (matmul, argmax, cumsum, topk, ...)
-** and in-place ops fail with "... not available on cuda yet". */
+** (even under TC_COMPILE), in-place ops too; matmul runs through cuBLAS
+** (f32, f64); other extern ops (argmax, argmin, cumsum, topk, ...) fail
+** with "... not available on cuda yet". */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
 /* The device new tensors are made on: creation functions (tc_empty,
 ** tc_zeros, tc_ones, tc_full, tc_arange, tc_rand, tc_randn, tc_from_data)

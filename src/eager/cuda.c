@@ -5,8 +5,10 @@
 ** call becomes a one-node fuse graph, fuse_build plans it shape-dynamic (so
 ** one kernel serves every shape), jit_cuda renders each kernel step, NVRTC
 ** compiles it on first use (kept in memory by its source text) and it is
-** launched on tc's stream. Extern steps (matmul, argmax, cumsum, ...) have
-** no CUDA implementation yet and fail with a clear error.
+** launched on tc's stream. In-place ops run their functional twin into
+** the target (as trace functionalizes them). Matmul goes to cuBLAS; the
+** other extern steps (argmax, cumsum, topk, ...) have no CUDA
+** implementation yet and fail with a clear error.
 */
 #include <pthread.h>
 #include <stdlib.h>
@@ -200,6 +202,7 @@ typedef struct {
   tc_tensor *const *inputs;
   tc_tensor **temp;          /* per plan temporary (owned) */
   tc_tensor *out;            /* the result (owned) */
+  tc_tensor *dst;            /* in-place: the target (borrowed) */
 } op_run;
 
 static tc_tensor *ref_tensor(op_run *r, fuse_ref ref)
@@ -208,6 +211,8 @@ static tc_tensor *ref_tensor(op_run *r, fuse_ref ref)
   switch (ref.kind) {
   case FREF_INPUT:
     return r->inputs[ref.index];
+  case FREF_DEST:
+    return r->dst;
   case FREF_TEMP:
     if (!r->temp[ref.index]) {
       const fuse_temp *t = &r->p->temps[ref.index];
@@ -281,44 +286,53 @@ static int run_plan(op_run *r)
   return 0;
 }
 
-/* The one-node graph of call c over its (distinct) input tensors. */
-static int graph_of(const eager_call *c, fuse_node *n, tc_tensor **inputs,
-                    int *ninputs)
+/* Index of t among the graph's inputs, added when new. */
+static int input_index(tc_tensor *t, tc_tensor **inputs, int *ninputs)
 {
+  int j = 0;
+  while (j < *ninputs && inputs[j] != t)
+    j++;
+  if (j == *ninputs)
+    inputs[(*ninputs)++] = t;
+  return j;
+}
+
+/* The one-node graph of call c over its (distinct) input tensors: the op
+** itself, or for an in-place op its functional twin over the inputs the
+** twin takes (the last ones: COPY_ is CAST of the source), as trace's
+** functionalization records it. */
+static void graph_of(const eager_call *c, tc_op op, fuse_node *n,
+                     tc_tensor **inputs, int *ninputs)
+{
+  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
   memset(n, 0, sizeof *n);
-  n->op = (uint16_t)c->op;
+  n->op = (uint16_t)op;
   n->dtype = (uint8_t)c->dtype;
   n->cdtype = (uint8_t)c->cdtype;
   n->ndim = c->ndim;
   memcpy(n->shape, c->shape, sizeof(int64_t) * (size_t)c->ndim);
-  n->nin = c->nin;
+  n->nin = c->nin - skip;
   n->dim = c->dim;
   n->keepdim = c->keepdim;
   n->sc[0] = (fuse_scalar){ 0, 0 };
   n->sc[1] = (fuse_scalar){ 1, 0 };
   *ninputs = 0;
-  for (int e = 0; e < c->nin; e++) {
-    if (!c->in[e]) {
-      n->in[e].src = FUSE_ABSENT;
-      continue;
-    }
-    int j = 0;
-    while (j < *ninputs && inputs[j] != c->in[e])
-      j++;
-    if (j == *ninputs)
-      inputs[(*ninputs)++] = c->in[e];
-    n->in[e].src = -j - 1;
-  }
-  return 0;
+  for (int e = 0; e < n->nin; e++)
+    n->in[e].src = c->in[skip + e]
+                   ? -input_index(c->in[skip + e], inputs, ninputs) - 1
+                   : FUSE_ABSENT;
 }
 
-static tc_tensor *run_one_op(const eager_call *c)
+/* Run call c as a one-node plan of op; with dst, the result is written
+** into dst (a graph input) and dst returned (no new reference). */
+static tc_tensor *run_one_node(const eager_call *c, tc_op op, tc_tensor *dst)
 {
   fuse_node node;
-  tc_tensor *inputs[3];
+  tc_tensor *inputs[4];
   int ninputs;
-  graph_of(c, &node, inputs, &ninputs);
-  const int out_node = 0, out_dest = -1;
+  graph_of(c, op, &node, inputs, &ninputs);
+  const int out_node = 0;
+  const int out_dest = dst ? input_index(dst, inputs, &ninputs) : -1;
   fuse_graph g = { 1, &node, NULL, ninputs,
                    (const tc_tensor *const *)inputs, 1, &out_node,
                    &out_dest };
@@ -330,14 +344,16 @@ static tc_tensor *run_one_op(const eager_call *c)
     return NULL;
   }
   op_run r = { c, p, inputs, calloc((size_t)p->ntemps + 1, sizeof(void *)),
-               NULL };
+               NULL, dst };
   int rc = r.temp ? run_plan(&r) : -1;
   tc_tensor *result = NULL;
   if (rc == 0) {
     fuse_ref ref = p->out_ref[0];
     tc_tensor *v = ref.kind == FREF_OUTPUT || ref.kind == FREF_TEMP
                    ? ref_tensor(&r, ref) : NULL;
-    result = tensor_ref(v);
+    if (ref.kind == FREF_DEST && dst)
+      v = dst;
+    result = v == dst ? v : tensor_ref(v);
     if (!v)
       tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet", c->fn,
                 op_table[c->op].name);
@@ -386,7 +402,7 @@ static tc_tensor *cuda_contiguous(const eager_call *c)
     return tensor_new_view(t, t->ndim, t->shape, t->stride, t->offset);
   eager_call cast = *c;
   cast.op = TC_OP_CAST;   /* a pointwise copy into a fresh tensor */
-  return run_one_op(&cast);
+  return run_one_node(&cast, TC_OP_CAST, NULL);
 }
 
 /* -- Matmul: cuBLAS ------------------------------------------------------------- */
@@ -450,6 +466,33 @@ static tc_tensor *cuda_matmul(const eager_call *c)
   return out;
 }
 
+/* An in-place op: its twin computed into the target. A source that
+** overlaps the target as another view is copied first (each point must
+** read the values from before the write). */
+static tc_tensor *cuda_inplace(const eager_call *c)
+{
+  eager_call fc = *c;
+  tc_tensor *copy = NULL;
+  for (int e = 1; e < c->nin; e++)
+    if (c->in[e] && tensor_shares_storage(c->in[e], c->dst) &&
+        !tensor_same_view(c->in[e], c->dst)) {
+      eager_call cc = { .op = TC_OP_CAST, .fn = c->fn, .nin = 1,
+                        .in = { c->in[e] }, .dtype = (tc_dtype)c->in[e]->dtype,
+                        .cdtype = (tc_dtype)c->in[e]->dtype,
+                        .ndim = c->in[e]->ndim };
+      memcpy(cc.shape, c->in[e]->shape, sizeof(int64_t) * (size_t)cc.ndim);
+      copy = run_one_node(&cc, TC_OP_CAST, NULL);
+      if (!copy)
+        return NULL;
+      fc.in[e] = copy;
+    }
+  tc_tensor *r = run_one_node(&fc, (tc_op)op_table[c->op].twin, c->dst);
+  tensor_unref(copy);
+  if (r)
+    atomic_fetch_add(&c->dst->storage->version, 1);   /* as eager CPU */
+  return r;
+}
+
 static tc_tensor *cuda_op(const eager_call *c)
 {
   if (!one_device(c))
@@ -464,12 +507,9 @@ static tc_tensor *cuda_op(const eager_call *c)
   default:
     break;
   }
-  if (op_table[c->op].flags & OPF_M) {
-    tc_seterr(TC_E_DEVICE, "%s: in-place %s is not available on cuda yet",
-              c->fn, op_table[c->op].name);
-    return NULL;
-  }
-  return run_one_op(c);
+  if (op_table[c->op].flags & OPF_M)
+    return cuda_inplace(c);
+  return run_one_node(c, c->op, NULL);
 }
 
 void eager_register_cuda(void)
