@@ -47,6 +47,16 @@ int cuGetErrorString(int rc, const char **s)
   return ERR_INVALID_VALUE;
 }
 
+/* The real NVRTC loads libcuda.so.1 too (this one, when the fake NVRTC
+** has it check kernels: TC_FAKE_NVRTC_CHECK) and asks for the driver's
+** private tables: there are none here. */
+int cuGetExportTable(const void **table, const void *id)
+{
+  (void)id;
+  *table = NULL;
+  return ERR_NOT_FOUND;
+}
+
 /* -- Device and context ---------------------------------------------------------- */
 
 int cuInit(unsigned flags)
