@@ -515,7 +515,8 @@ TC_API bool tc_cuda_available(void);
 ** back to the host; tc_data fails (the data is device memory: take
 ** tc_to(t, "cpu") first). Ops take tensors on one device: mixing CPU and
 ** CUDA tensors fails with "... expects tensors on one device (cpu and
-** cuda)". On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
+** cuda)", except that a 0-d CPU tensor is a scalar that may meet CUDA
+** tensors (as in PyTorch). Autograd works on CUDA tensors. On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
 ** (even under TC_COMPILE), in-place ops too; matmul runs through cuBLAS
 ** (f32, f64); other extern ops (argmax, argmin, cumsum, topk, ...) fail
 ** with "... not available on cuda yet". */

@@ -196,8 +196,13 @@ int tc_backward(tc_tensor *loss)
                      "input of it requires grad, or it was computed with "
                      "grad mode off)", fn), -1;
   bool was = tc_set_grad_enabled(false);
-  tc_tensor *seed = ag_internal(tc_ones((tc_dtype)loss->dtype, loss->ndim,
-                                        loss->shape));
+  tc_tensor *one = tc_ones((tc_dtype)loss->dtype, loss->ndim, loss->shape);
+  if (one && tensor_device_of(loss) == TC_DEV_CUDA) {   /* the loss's device */
+    tc_tensor *d = tc_to(one, "cuda");
+    tc_release(one);
+    one = d;
+  }
+  tc_tensor *seed = ag_internal(one);
   int rc = -1;
   if (seed)
     rc = m->fn ? run_graph(m->fn, seed) : accumulate_leaf(loss, seed, NULL);

@@ -42,11 +42,28 @@ const ag_deriv_info ag_deriv[TC_OP__MAX] = {
 
 /* -- Helpers the rows use --------------------------------------------------- */
 
-static tc_tensor *same(tc_tensor *g) { return tc_to(g, "cpu"); }
+/* The name of the device g is on (a new handle there is g itself). */
+static const char *device_of(const tc_tensor *g)
+{
+  return g && tensor_device_of(g) == TC_DEV_CUDA ? "cuda" : "cpu";
+}
+
+/* t moved to like's device (t's reference passes to the result). */
+static tc_tensor *on_device_of(const tc_tensor *like, tc_tensor *t)
+{
+  if (!t || !like || tensor_device_of(like) == TC_DEV_CPU)
+    return t;
+  tc_tensor *d = tc_to(t, "cuda");
+  tc_release(t);
+  return d;
+}
+
+static tc_tensor *same(tc_tensor *g) { return tc_to(g, device_of(g)); }
 
 static tc_tensor *zeros_like(tc_tensor *g)
 {
-  return tc_zeros(tc_dtype_of(g), g ? g->ndim : 0, g ? g->shape : NULL);
+  return on_device_of(g, tc_zeros(tc_dtype_of(g), g ? g->ndim : 0,
+                                  g ? g->shape : NULL));
 }
 
 /* A 0-d zero of g's dtype (broadcasts anywhere). */
@@ -105,7 +122,8 @@ static tc_tensor *gelu_erf_slope(tc_tensor *a)
 /* Zeros of input i's shape in g's dtype. */
 static tc_tensor *in_zeros(const ag_node *x, tc_tensor *g, int i)
 {
-  return tc_zeros(tc_dtype_of(g), x->in_ndim[i], x->in_shape[i]);
+  return on_device_of(g, tc_zeros(tc_dtype_of(g), x->in_ndim[i],
+                                  x->in_shape[i]));
 }
 
 /* Input i's part of a concatenation's gradient: its slice along the dim. */
@@ -361,7 +379,8 @@ static tc_tensor *view_grad(const ag_node *x, tc_tensor *g)
   int64_t start[TC_MAX_DIMS];
   if (box_of(x, sh, start))
     return pad_box(x, g, sh, start);
-  tc_tensor *z = tc_zeros(x->in_dtype[0], x->in_ndim[0], x->in_shape[0]);
+  tc_tensor *z = on_device_of(g, tc_zeros(x->in_dtype[0], x->in_ndim[0],
+                                          x->in_shape[0]));
   if (!z || !g)
     return NULL;
   eager_call c = { .op = TC_OP_VIEW, .fn = "tc_backward", .nin = 1,

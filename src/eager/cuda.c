@@ -368,12 +368,20 @@ static tc_tensor *run_one_node(const eager_call *c, tc_op op, tc_tensor *dst)
 
 /* -- The CUDA key's handlers --------------------------------------------------------- */
 
-/* Every tensor of c on the device? Else the error the contract names. */
+/* A 0-d CPU tensor is a scalar that may meet CUDA tensors (as in
+** PyTorch): autograd's seeds and constants are made so. */
+static bool cpu_scalar(const tc_tensor *t)
+{
+  return t->ndim == 0 && tensor_device_of(t) == TC_DEV_CPU;
+}
+
+/* Every tensor of c on the device (0-d CPU operands aside)? Else the error
+** the contract names. */
 static bool one_device(const eager_call *c)
 {
   bool cpu = false, cuda = false;
   for (int e = 0; e < c->nin; e++)
-    if (c->in[e]) {
+    if (c->in[e] && !cpu_scalar(c->in[e])) {
       cpu |= tensor_device_of(c->in[e]) == TC_DEV_CPU;
       cuda |= tensor_device_of(c->in[e]) == TC_DEV_CUDA;
     }
@@ -493,10 +501,30 @@ static tc_tensor *cuda_inplace(const eager_call *c)
   return r;
 }
 
+static tc_tensor *cuda_dispatch(const eager_call *c);
+
+/* c with its 0-d CPU operands copied to the device first. */
 static tc_tensor *cuda_op(const eager_call *c)
 {
   if (!one_device(c))
     return NULL;
+  eager_call dc = *c;
+  tc_tensor *moved[3] = { NULL, NULL, NULL };
+  bool ok = true;
+  for (int e = 0; e < c->nin && ok; e++)
+    if (c->in[e] && cpu_scalar(c->in[e]) && c->op != TC_OP_VIEW) {
+      ok = tensor_make_readable(c->in[e]) == 0 &&
+           (moved[e] = eager_cuda_from_host(c->fn, c->in[e])) != NULL;
+      dc.in[e] = moved[e];
+    }
+  tc_tensor *r = ok ? cuda_dispatch(&dc) : NULL;
+  for (int e = 0; e < 3; e++)
+    tensor_unref(moved[e]);
+  return r;
+}
+
+static tc_tensor *cuda_dispatch(const eager_call *c)
+{
   switch (c->op) {
   case TC_OP_VIEW:
     return cuda_view(c);

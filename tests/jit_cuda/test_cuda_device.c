@@ -402,6 +402,36 @@ static void test_externs_are_not_available_yet(void **state)
   tc_release(d);
 }
 
+/* backward over CUDA tensors gives the CPU's gradients bit for bit (the
+** seed and autograd's zeros are made on the loss's device) */
+static void test_autograd_on_cuda(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *h = randn(4, 33, 16);
+  tc_tensor *d = tc_to(h, "cuda");
+  tc_tensor *grads[2];
+  tc_tensor *xs[2] = { h, d };
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(tc_set_requires_grad(xs[i], true), 0);
+    tc_tensor *y = tc_sum_all(tc_mul(tc_softmax(tc_tanh(xs[i]), 1),
+                                     tc_slice(xs[i], 1, 0, 33, 1)));
+    assert_non_null(y);
+    if (tc_backward(y) != 0)
+      fail_msg("%s", tc_last_error());
+    grads[i] = tc_grad(xs[i]);
+    assert_non_null(grads[i]);
+  }
+  assert_same_bits(grads[0], grads[1]);
+  /* a 0-d CPU tensor is a scalar on any device */
+  tc_tensor *two = tc_full(TC_F32, 0, NULL, 2.0);
+  tc_tensor *hm = tc_mul(h, two), *dm = tc_mul(d, two);
+  if (!dm)
+    fail_msg("%s", tc_last_error());
+  assert_same_bits(hm, dm);
+  tc_scope_end(mark);
+}
+
 /* -- Without a device ------------------------------------------------------------------ */
 
 static void test_no_device(void **state)
@@ -444,6 +474,7 @@ int main(void)
     cmocka_unit_test(test_composites_equal_cpu),
     cmocka_unit_test(test_matmul_through_cublas),
     cmocka_unit_test(test_inplace_equals_cpu),
+    cmocka_unit_test(test_autograd_on_cuda),
     cmocka_unit_test(test_mixed_devices_are_an_error),
     cmocka_unit_test(test_externs_are_not_available_yet),
   };
