@@ -48,15 +48,7 @@ static const char *device_of(const tc_tensor *g)
   return g && tensor_device_of(g) == TC_DEV_CUDA ? "cuda" : "cpu";
 }
 
-/* t moved to like's device (t's reference passes to the result). */
-static tc_tensor *on_device_of(const tc_tensor *like, tc_tensor *t)
-{
-  if (!t || !like || tensor_device_of(like) == TC_DEV_CPU)
-    return t;
-  tc_tensor *d = tc_to(t, "cuda");
-  tc_release(t);
-  return d;
-}
+#define on_device_of ag_on_device_of
 
 static tc_tensor *same(tc_tensor *g) { return tc_to(g, device_of(g)); }
 
@@ -69,7 +61,7 @@ static tc_tensor *zeros_like(tc_tensor *g)
 /* A 0-d zero of g's dtype (broadcasts anywhere). */
 static tc_tensor *zero0(tc_tensor *g)
 {
-  return tc_zeros(tc_dtype_of(g), 0, NULL);
+  return on_device_of(g, tc_zeros(tc_dtype_of(g), 0, NULL));
 }
 
 /* sign(a) in a's dtype: 1, -1, or 0 at 0 (torch.sgn). */
@@ -173,7 +165,7 @@ static tc_tensor *matmul_grad_b(tc_tensor *a, tc_tensor *b, tc_tensor *g)
 static tc_tensor *zero_base(tc_tensor *a, tc_tensor *b)
 {
   return tc_where(tc_eq_scalar(a, 0), tc_ge_scalar(b, 0),
-                  tc_zeros(TC_BOOL, 0, NULL));
+                  on_device_of(a, tc_zeros(TC_BOOL, 0, NULL)));
 }
 
 static tc_tensor *tie_half(tc_tensor *g, tc_tensor *a, tc_tensor *b)
@@ -202,7 +194,8 @@ static tc_tensor *extreme_share(const ag_node *x, tc_tensor *g, tc_tensor *a,
   tc_dtype dt = tc_dtype_of(a);
   tc_tensor *hit = tc_cast(tc_eq(a, unreduce(x, y)), dt);
   int d = x->in_ndim[0] ? x->call.dim : 0;
-  tc_tensor *count = x->in_ndim[0] ? tc_sum(hit, d, true) : tc_ones(dt, 0, NULL);
+  tc_tensor *count = x->in_ndim[0] ? tc_sum(hit, d, true)
+                     : on_device_of(a, tc_ones(dt, 0, NULL));
   return tc_mul(hit, tc_div(unreduce(x, g), count));
 }
 
@@ -327,7 +320,8 @@ static tc_tensor *pad_box(const ag_node *x, tc_tensor *g, const int64_t *sh,
                           const int64_t *start)
 {
   int nd = x->in_ndim[0];
-  tc_tensor *zero = g ? tc_zeros(x->in_dtype[0], 0, NULL) : NULL;
+  tc_tensor *zero = g ? on_device_of(g, tc_zeros(x->in_dtype[0], 0, NULL))
+                   : NULL;
   int64_t ps[TC_MAX_DIMS];
   memcpy(ps, sh, sizeof(int64_t) * (size_t)nd);
   for (int d = 0; zero && g && d < nd; d++) {

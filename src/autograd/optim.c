@@ -97,13 +97,8 @@ tc_optimizer *tc_adamw(tc_tensor **params, int n, double lr, double beta1,
 /* A new zero tensor like p, as optimizer state (tc's own reference). */
 static tc_tensor *state_zeros(tc_tensor *p)
 {
-  tc_tensor *z = tc_zeros((tc_dtype)p->dtype, p->ndim, p->shape);
-  if (z && tensor_device_of(p) == TC_DEV_CUDA) {   /* beside its parameter */
-    tc_tensor *d = tc_to(z, "cuda");
-    tc_release(z);
-    z = d;
-  }
-  return ag_internal(z);
+  return ag_internal(ag_on_device_of(p, tc_zeros((tc_dtype)p->dtype,
+                                                 p->ndim, p->shape)));
 }
 
 /* torch.optim.SGD, dampening 0: d = g + wd p; buf = d (first step) or

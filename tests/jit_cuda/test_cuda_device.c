@@ -429,6 +429,16 @@ static void test_autograd_on_cuda(void **state)
   if (!dm)
     fail_msg("%s", tc_last_error());
   assert_same_bits(hm, dm);
+  /* with "cuda" the default, autograd's own constants follow the loss */
+  assert_int_equal(tc_set_default_device("cuda"), 0);
+  tc_tensor *c = tc_to(randn(3, 5, 17), "cpu");   /* made on the device */
+  assert_int_equal(tc_set_requires_grad(c, true), 0);
+  tc_tensor *y = tc_sum_all(tc_max(tc_mul(c, c), 1, false));
+  int rc = tc_backward(y);
+  assert_int_equal(tc_set_default_device("cpu"), 0);
+  if (rc != 0)
+    fail_msg("%s", tc_last_error());
+  assert_non_null(tc_data(tc_grad(c)));   /* on the CPU */
   tc_scope_end(mark);
 }
 
