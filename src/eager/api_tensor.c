@@ -580,14 +580,15 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
   int want = device_named(fn, device);
   if (want < 0)
     return NULL;
-  if (tensor_make_readable(t) < 0)
-    return NULL;
   if (want == tensor_device_of(t)) {   /* a new handle on the same data */
-    tensor_geom g, r;
+    tensor_geom g, r;                  /* (a lazy tensor stays lazy: it is
+                                          on the CPU) */
     tensor_geom_of(t, &g);
     geom_identity(t, &r);
     return handed_out(view_of(fn, t, &g, &r));
   }
+  if (tensor_make_readable(t) < 0)   /* a copy reads the values */
+    return NULL;
   return handed_out(want == TC_DEV_CUDA ? eager_cuda_from_host(fn, t)
                                         : eager_cuda_to_host(t));
 }
