@@ -101,14 +101,11 @@ tc_tensor *eager_cuda_to_host(tc_tensor *t)
     tensor_unref(raw);
     return NULL;
   }
-  if (tensor_is_contiguous(t)) {   /* the span is the tensor */
-    tc_tensor *v = tensor_new_view(raw, t->ndim, t->shape, t->stride, 0);
-    tensor_unref(raw);
-    return v;
-  }
   tc_tensor *v = tensor_new_view(raw, t->ndim, t->shape, t->stride, 0);
   tensor_unref(raw);
-  tc_tensor *c = v ? eager_contiguous_copy(v, (tc_dtype)t->dtype) : NULL;
+  if (!v || tensor_is_contiguous(t))   /* the span is the tensor */
+    return v;
+  tc_tensor *c = eager_contiguous_copy(v, (tc_dtype)t->dtype);
   tensor_unref(v);
   return c;
 }
