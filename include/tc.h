@@ -509,9 +509,26 @@ TC_API tc_tensor *tc_mse_loss(tc_tensor *a, tc_tensor *b);
 ** without it, with the toolkit's stub library or with no device this is
 ** false, and tc_to(t, "cuda") fails naming the reason. */
 TC_API bool tc_cuda_available(void);
-/* Copy to "cpu" or "cuda" (a new handle on t's data when already there).
-** Device tensors are not built yet: "cuda" is an error either way. */
+/* Copy to "cpu" or "cuda" ("cuda:0"): a new contiguous tensor on that
+** device with t's values, or a new handle on t's data when t is already
+** there. Reading a CUDA tensor: tc_copy_to and tc_item copy its values
+** back to the host; tc_data fails (the data is device memory: take
+** tc_to(t, "cpu") first). Ops take tensors on one device: mixing CPU and
+** CUDA tensors fails with "... expects tensors on one device (cpu and
+** cuda)", except that a 0-d CPU tensor is a scalar that may meet CUDA
+** tensors (as in PyTorch). Autograd works on CUDA tensors. On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
+** (even under TC_COMPILE), in-place ops too; matmul runs through cuBLAS
+** (f32, f64); other extern ops (argmax, argmin, cumsum, topk, ...) fail
+** with "... not available on cuda yet". */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
+/* The device new tensors are made on: creation functions (tc_empty,
+** tc_zeros, tc_ones, tc_full, tc_arange, tc_rand, tc_randn, tc_from_data)
+** make their values on the CPU and, when the default is "cuda", return
+** them copied to the device. tc_from_blob always wraps host memory.
+** "cpu" (the start) or "cuda"; 0, or -1 (unknown name, or no CUDA
+** device: the error says why). Process-wide. */
+TC_API int tc_set_default_device(const char *device);
+TC_API const char *tc_default_device(void);   /* "cpu" or "cuda" */
 
 /* -- Control and introspection --------------------------------------------- */
 

@@ -73,6 +73,11 @@ uint64_t ag_version(const tc_tensor *t);
 /* Turn a reference the public API returned into one of tc's own (the
 ** scope, if any, forgets it). */
 tc_tensor *ag_internal(tc_tensor *t);
+/* t moved to the device of `like` (t's reference passes to the result;
+** NULLs pass through). Autograd's own constants, seeds and zeros are made
+** by the public creation functions, on the default device: this puts them
+** beside the tensors they meet. */
+tc_tensor *ag_on_device_of(const tc_tensor *like, tc_tensor *t);
 /* Leaf gradients are written under one lock (backward on many threads). */
 void ag_grad_lock(void);
 void ag_grad_unlock(void);

@@ -196,12 +196,22 @@ int tc_backward(tc_tensor *loss)
                      "input of it requires grad, or it was computed with "
                      "grad mode off)", fn), -1;
   bool was = tc_set_grad_enabled(false);
-  tc_tensor *seed = ag_internal(tc_ones((tc_dtype)loss->dtype, loss->ndim,
-                                        loss->shape));
+  tc_tensor *seed = ag_internal(ag_on_device_of(loss,
+    tc_ones((tc_dtype)loss->dtype, loss->ndim, loss->shape)));
   int rc = -1;
   if (seed)
     rc = m->fn ? run_graph(m->fn, seed) : accumulate_leaf(loss, seed, NULL);
   tensor_unref(seed);
   tc_set_grad_enabled(was);
   return rc;
+}
+
+tc_tensor *ag_on_device_of(const tc_tensor *like, tc_tensor *t)
+{
+  if (!t || !like || tensor_device_of(t) == tensor_device_of(like))
+    return t;
+  tc_tensor *d = tc_to(t, tensor_device_of(like) == TC_DEV_CUDA ? "cuda"
+                                                                : "cpu");
+  tc_release(t);
+  return d;
 }

@@ -42,17 +42,26 @@ const ag_deriv_info ag_deriv[TC_OP__MAX] = {
 
 /* -- Helpers the rows use --------------------------------------------------- */
 
-static tc_tensor *same(tc_tensor *g) { return tc_to(g, "cpu"); }
+/* The name of the device g is on (a new handle there is g itself). */
+static const char *device_of(const tc_tensor *g)
+{
+  return g && tensor_device_of(g) == TC_DEV_CUDA ? "cuda" : "cpu";
+}
+
+#define on_device_of ag_on_device_of
+
+static tc_tensor *same(tc_tensor *g) { return tc_to(g, device_of(g)); }
 
 static tc_tensor *zeros_like(tc_tensor *g)
 {
-  return tc_zeros(tc_dtype_of(g), g ? g->ndim : 0, g ? g->shape : NULL);
+  return on_device_of(g, tc_zeros(tc_dtype_of(g), g ? g->ndim : 0,
+                                  g ? g->shape : NULL));
 }
 
 /* A 0-d zero of g's dtype (broadcasts anywhere). */
 static tc_tensor *zero0(tc_tensor *g)
 {
-  return tc_zeros(tc_dtype_of(g), 0, NULL);
+  return on_device_of(g, tc_zeros(tc_dtype_of(g), 0, NULL));
 }
 
 /* sign(a) in a's dtype: 1, -1, or 0 at 0 (torch.sgn). */
@@ -105,7 +114,8 @@ static tc_tensor *gelu_erf_slope(tc_tensor *a)
 /* Zeros of input i's shape in g's dtype. */
 static tc_tensor *in_zeros(const ag_node *x, tc_tensor *g, int i)
 {
-  return tc_zeros(tc_dtype_of(g), x->in_ndim[i], x->in_shape[i]);
+  return on_device_of(g, tc_zeros(tc_dtype_of(g), x->in_ndim[i],
+                                  x->in_shape[i]));
 }
 
 /* Input i's part of a concatenation's gradient: its slice along the dim. */
@@ -155,7 +165,7 @@ static tc_tensor *matmul_grad_b(tc_tensor *a, tc_tensor *b, tc_tensor *g)
 static tc_tensor *zero_base(tc_tensor *a, tc_tensor *b)
 {
   return tc_where(tc_eq_scalar(a, 0), tc_ge_scalar(b, 0),
-                  tc_zeros(TC_BOOL, 0, NULL));
+                  on_device_of(a, tc_zeros(TC_BOOL, 0, NULL)));
 }
 
 static tc_tensor *tie_half(tc_tensor *g, tc_tensor *a, tc_tensor *b)
@@ -184,7 +194,8 @@ static tc_tensor *extreme_share(const ag_node *x, tc_tensor *g, tc_tensor *a,
   tc_dtype dt = tc_dtype_of(a);
   tc_tensor *hit = tc_cast(tc_eq(a, unreduce(x, y)), dt);
   int d = x->in_ndim[0] ? x->call.dim : 0;
-  tc_tensor *count = x->in_ndim[0] ? tc_sum(hit, d, true) : tc_ones(dt, 0, NULL);
+  tc_tensor *count = x->in_ndim[0] ? tc_sum(hit, d, true)
+                     : on_device_of(a, tc_ones(dt, 0, NULL));
   return tc_mul(hit, tc_div(unreduce(x, g), count));
 }
 
@@ -309,7 +320,8 @@ static tc_tensor *pad_box(const ag_node *x, tc_tensor *g, const int64_t *sh,
                           const int64_t *start)
 {
   int nd = x->in_ndim[0];
-  tc_tensor *zero = g ? tc_zeros(x->in_dtype[0], 0, NULL) : NULL;
+  tc_tensor *zero = g ? on_device_of(g, tc_zeros(x->in_dtype[0], 0, NULL))
+                   : NULL;
   int64_t ps[TC_MAX_DIMS];
   memcpy(ps, sh, sizeof(int64_t) * (size_t)nd);
   for (int d = 0; zero && g && d < nd; d++) {
@@ -361,7 +373,8 @@ static tc_tensor *view_grad(const ag_node *x, tc_tensor *g)
   int64_t start[TC_MAX_DIMS];
   if (box_of(x, sh, start))
     return pad_box(x, g, sh, start);
-  tc_tensor *z = tc_zeros(x->in_dtype[0], x->in_ndim[0], x->in_shape[0]);
+  tc_tensor *z = on_device_of(g, tc_zeros(x->in_dtype[0], x->in_ndim[0],
+                                          x->in_shape[0]));
   if (!z || !g)
     return NULL;
   eager_call c = { .op = TC_OP_VIEW, .fn = "tc_backward", .nin = 1,

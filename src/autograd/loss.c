@@ -48,10 +48,13 @@ tc_tensor *tc_cross_entropy(tc_tensor *logits, tc_tensor *targets)
   /* -mean over rows of log_softmax(logits)[row, target[row]]: the target
   ** column picked by comparing class numbers (no gather needed). */
   tc_tensor *logp = tc_log_softmax(logits, 1);
-  tc_tensor *classes = tc_reshape(tc_arange(TC_I64, 0, (double)k, 1),
+  tc_tensor *classes = tc_reshape(ag_on_device_of(targets,
+                                  tc_arange(TC_I64, 0, (double)k, 1)),
                                   TC_SHAPE(1, k));
   tc_tensor *hit = tc_eq(tc_reshape(targets, TC_SHAPE(n, 1)), classes);
-  tc_tensor *zero = tc_zeros((tc_dtype)logits->dtype, 0, NULL);
+  tc_tensor *zero = ag_on_device_of(logits,
+                                    tc_zeros((tc_dtype)logits->dtype, 0,
+                                             NULL));
   tc_tensor *picked = tc_sum(tc_where(hit, logp, zero), 1, false);
   loss = tc_keep(tc_neg(tc_mean(picked, 0, false)));
 out:

@@ -97,7 +97,8 @@ tc_optimizer *tc_adamw(tc_tensor **params, int n, double lr, double beta1,
 /* A new zero tensor like p, as optimizer state (tc's own reference). */
 static tc_tensor *state_zeros(tc_tensor *p)
 {
-  return ag_internal(tc_zeros((tc_dtype)p->dtype, p->ndim, p->shape));
+  return ag_internal(ag_on_device_of(p, tc_zeros((tc_dtype)p->dtype,
+                                                 p->ndim, p->shape)));
 }
 
 /* torch.optim.SGD, dampening 0: d = g + wd p; buf = d (first step) or

@@ -10,6 +10,8 @@
 #include "../tensor/half.h"
 #include "../jit_cuda/jit_cuda.h"
 
+static tc_tensor *on_default_device(const char *fn, tc_tensor *t);
+
 static tc_tensor *handed_out(tc_tensor *t)
 {
   tensor_scope_track(t);
@@ -59,12 +61,13 @@ static tc_tensor *filled(const char *fn, tc_dtype dt, int ndim,
     fill_job j = { dt, tensor_ptr(t), v };
     tensor_parallel(t->numel, 1 << 16, fill_range, &j);
   }
-  return handed_out(t);
+  return handed_out(on_default_device(fn, t));
 }
 
 tc_tensor *tc_empty(tc_dtype dt, int ndim, const int64_t *shape)
 {
-  return handed_out(create(__func__, dt, ndim, shape));
+  return handed_out(on_default_device(__func__,
+                                      create(__func__, dt, ndim, shape)));
 }
 
 tc_tensor *tc_zeros(tc_dtype dt, int ndim, const int64_t *shape)
@@ -107,7 +110,7 @@ tc_tensor *tc_arange(tc_dtype dt, double start, double end, double step)
     double v = start + (double)i * step;
     eager_convert(dt, p + i * (int64_t)esz, 1, TC_F64, &v, 1, 1);
   }
-  return handed_out(t);
+  return handed_out(on_default_device(__func__, t));
 }
 
 typedef struct {
@@ -165,7 +168,7 @@ static tc_tensor *random_tensor(const char *fn, tc_dtype dt, int ndim,
     rand_job j = { t, seed, normal };
     tensor_parallel(t->numel, 1 << 15, rand_range, &j);
   }
-  return handed_out(t);
+  return handed_out(on_default_device(fn, t));
 }
 
 tc_tensor *tc_rand(tc_dtype dt, int ndim, const int64_t *shape, uint64_t s)
@@ -217,7 +220,7 @@ tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
     for (int64_t i = 0; i < n; i++)
       b[i] = b[i] != 0;
   }
-  return handed_out(t);
+  return handed_out(on_default_device(fn, t));
 }
 
 /* Kernels load whole elements (GCC may vectorize with that alignment in
@@ -286,6 +289,13 @@ int tc_copy_to(tc_tensor *t, void *dst, size_t nbytes)
     return tc_seterr_null(fn), -1;
   if (want == 0)
     return 0;
+  if (tensor_device_of(t) != TC_DEV_CPU) {   /* copied back, then out */
+    tc_tensor *h = eager_cuda_to_host(t);
+    if (h)
+      memcpy(dst, tensor_ptr(h), want);
+    tensor_unref(h);
+    return h ? 0 : -1;
+  }
   if (tensor_is_contiguous(t)) {
     memcpy(dst, tensor_ptr(t), want);
     return 0;
@@ -314,7 +324,12 @@ int tc_item(tc_tensor *t, double *out)
   if (t->numel != 1)
     return tc_seterr(TC_E_SHAPE, "%s: tensor has %lld elements, not 1", fn,
                      (long long)t->numel), -1;
-  eager_convert(TC_F64, out, 1, (tc_dtype)t->dtype, tensor_ptr(t), 1, 1);
+  tc_tensor *h = tensor_device_of(t) == TC_DEV_CPU ? tensor_ref(t)
+                 : eager_cuda_to_host(t);
+  if (!h)
+    return -1;
+  eager_convert(TC_F64, out, 1, (tc_dtype)t->dtype, tensor_ptr(h), 1, 1);
+  tensor_unref(h);
   return 0;
 }
 
@@ -324,6 +339,12 @@ void *tc_data(tc_tensor *t)
   eager_init();
   if (!materialized(fn, t))
     return NULL;
+  if (tensor_device_of(t) != TC_DEV_CPU) {
+    tc_seterr(TC_E_DEVICE, "%s: the tensor is on cuda; its data is not "
+              "host memory (tc_to(t, \"cpu\") gives a CPU copy, tc_copy_to "
+              "and tc_item copy values back)", fn);
+    return NULL;
+  }
   if (!tensor_is_contiguous(t)) {
     /* A copy would detach t from the storage it views: writes through the
     ** pointer would reach neither the base nor its other views. */
@@ -536,32 +557,70 @@ tc_tensor *tc_contiguous(tc_tensor *a)
 
 /* -- Devices ------------------------------------------------------------------- */
 
+/* TC_DEV_* of a device name ("cpu", "cuda", "cuda:0"), or -1 (error). */
+static int device_named(const char *fn, const char *device)
+{
+  if (!device)
+    return tc_seterr_null(fn), -1;
+  if (strcmp(device, "cpu") == 0)
+    return TC_DEV_CPU;
+  if (strcmp(device, "cuda") == 0 || strcmp(device, "cuda:0") == 0)
+    return TC_DEV_CUDA;
+  tc_seterr(TC_E_ARG, "%s: unknown device \"%s\" (expected \"cpu\" or "
+            "\"cuda\")", fn, device);
+  return -1;
+}
+
 tc_tensor *tc_to(tc_tensor *t, const char *device)
 {
   const char *fn = __func__;
   eager_init();
   if (!tensor_arg_ok(fn, t))
     return NULL;
-  if (!device) {
-    tc_seterr_null(fn);
+  int want = device_named(fn, device);
+  if (want < 0)
     return NULL;
-  }
-  if (strcmp(device, "cpu") == 0) {   /* a new handle on the same data */
-    tensor_geom g, r;
+  if (want == tensor_device_of(t)) {   /* a new handle on the same data */
+    tensor_geom g, r;                  /* (a lazy tensor stays lazy: it is
+                                          on the CPU) */
     tensor_geom_of(t, &g);
     geom_identity(t, &r);
     return handed_out(view_of(fn, t, &g, &r));
   }
-  if (strncmp(device, "cuda", 4) == 0) {
-    const char *why = jcuda_device_reason();
-    if (why)
-      tc_seterr(TC_E_DEVICE, "%s: CUDA is not available: %s", fn, why);
-    else
-      tc_seterr(TC_E_DEVICE, "%s: a CUDA device is present, but tc has no "
-                "device tensors yet", fn);
+  if (tensor_make_readable(t) < 0)   /* a copy reads the values */
     return NULL;
-  }
-  tc_seterr(TC_E_ARG, "%s: unknown device \"%s\" (expected \"cpu\" or "
-            "\"cuda\")", fn, device);
-  return NULL;
+  return handed_out(want == TC_DEV_CUDA ? eager_cuda_from_host(fn, t)
+                                        : eager_cuda_to_host(t));
+}
+
+static _Atomic int default_device = TC_DEV_CPU;
+
+int tc_set_default_device(const char *device)
+{
+  const char *fn = __func__;
+  eager_init();
+  int d = device_named(fn, device);
+  if (d < 0)
+    return -1;
+  if (d == TC_DEV_CUDA && !jcuda_device_available())
+    return tc_seterr(TC_E_DEVICE, "%s: CUDA is not available: %s", fn,
+                     jcuda_device_reason()), -1;
+  default_device = d;
+  return 0;
+}
+
+const char *tc_default_device(void)
+{
+  return default_device == TC_DEV_CUDA ? "cuda" : "cpu";
+}
+
+/* A tensor just created on the CPU, moved to the default device (t's
+** reference passes to the result). */
+static tc_tensor *on_default_device(const char *fn, tc_tensor *t)
+{
+  if (!t || default_device == TC_DEV_CPU)
+    return t;
+  tc_tensor *d = eager_cuda_from_host(fn, t);
+  tensor_unref(t);
+  return d;
 }

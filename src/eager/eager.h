@@ -97,6 +97,12 @@ void eager_register_cpu_matmul(void);
 void eager_register_cpu_misc(void);
 void eager_register_cpu_half(void);
 void eager_register_cpu_index(void);
+/* The CUDA key (cuda.c): device storage and one-op device kernels. */
+void eager_register_cuda(void);
+/* t (CPU, materialized) copied to a new contiguous CUDA tensor, and back
+** (t on CUDA: a new contiguous CPU tensor); NULL with the error set. */
+tc_tensor *eager_cuda_from_host(const char *fn, tc_tensor *t);
+tc_tensor *eager_cuda_to_host(tc_tensor *t);
 
 /* The random stream of tc_rand (and of every seeded op): splitmix64 of
 ** (seed, index), counter-based, so any element can be made independently

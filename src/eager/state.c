@@ -79,6 +79,7 @@ static void init_once(void)
   eager_register_cpu_misc();
   eager_register_cpu_index();
   eager_register_cpu_half();   /* wraps what the lines above registered */
+  eager_register_cuda();
   eager_gemm_init();
   trace_init();
   autograd_init();

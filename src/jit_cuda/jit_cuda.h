@@ -37,6 +37,65 @@
 bool jcuda_device_available(void);
 const char *jcuda_device_reason(void);   /* NULL when available */
 
+/* A device address (CUdeviceptr), and a loaded kernel (CUfunction). */
+typedef unsigned long long jcuda_ptr;
+typedef void *jcuda_function;
+
+/* Each returns 0, or -1 with a tc error (TC_E_DEVICE) naming the driver
+** call and carrying the driver's error string, or saying why there is no
+** device. All work goes to one stream in order; host copies wait for it. */
+int jcuda_arch(char *buf, size_t len);   /* "sm_90": NVRTC's -arch */
+int jcuda_sm_count(void);                /* multiprocessors (0: none) */
+int jcuda_sync(void);                    /* wait for the stream */
+int jcuda_copy_htod(jcuda_ptr dst, const void *src, size_t nbytes);
+int jcuda_copy_dtoh(void *dst, jcuda_ptr src, size_t nbytes);
+int jcuda_copy_dtod(jcuda_ptr dst, jcuda_ptr src, size_t nbytes);
+int jcuda_memset(jcuda_ptr dst, int byte, size_t nbytes);
+/* Load a cubin (cuModuleLoadData) and find JCUDA_LAUNCH_ENTRY in it. */
+int jcuda_module_load(const void *image, jcuda_function *fn);
+/* Launch fn on grid x block threads; params is its tck_params
+** (jcuda_params_pack), copied by the driver at the call. */
+int jcuda_launch(jcuda_function fn, unsigned grid, unsigned block,
+                 void *params);
+/* tc's stream (a CUstream, for cuBLAS), or NULL without a device. */
+void *jcuda_stream(void);
+/* Row-major C[i] = A[i] @ B[i] for i < batch through cuBLAS (cublas.c):
+** A m x k, B k x n, C m x n, each contiguous, batch strides in elements (0
+** repeats one matrix); dt TC_F32 or TC_F64. 0, or -1 with the error set
+** (cuBLAS missing, its status string). */
+int jcuda_gemm(tc_dtype dt, int64_t m, int64_t n, int64_t k, int64_t batch,
+               jcuda_ptr a, int64_t stride_a, jcuda_ptr b, int64_t stride_b,
+               jcuda_ptr c, int64_t stride_c);
+/* The driver's own allocation (cuMemAlloc / cuMemFree): devalloc.c's. */
+int jcuda_raw_alloc(jcuda_ptr *p, size_t nbytes);
+int jcuda_raw_free(jcuda_ptr p);
+void jcuda_release_staging(void);
+
+/* -- The caching device allocator (devalloc.c) -------------------------------
+** PyTorch's idea, simplified for one stream: freed blocks go to a free
+** list by size class and the next request of that class takes one back at
+** once (on one stream, work queued before the free is ordered before any
+** reuse). Size classes: requests up to 1 MiB round up to a multiple of
+** 512 B; larger ones to a multiple of 2 MiB. A request is served only by
+** a cached block of exactly its class (no splitting), so a block's size is
+** known from the request. When cuMemAlloc fails, the cache is released
+** and the allocation tried once more. The cache is released at exit. */
+typedef struct {
+  uint64_t bytes_in_use;     /* blocks handed out (class sizes) */
+  uint64_t bytes_reserved;   /* in use + cached: what the driver holds */
+  uint64_t cache_hits;       /* requests served from the cache */
+  uint64_t driver_allocs;    /* requests that called cuMemAlloc */
+} jcuda_alloc_stats;
+
+size_t jcuda_alloc_class(size_t nbytes);   /* the class size of a request */
+/* A block of at least nbytes (0 for nbytes == 0: no block), or 0 with the
+** error set. */
+int jcuda_alloc(jcuda_ptr *p, size_t nbytes);
+void jcuda_free(jcuda_ptr p, size_t nbytes);   /* nbytes: as allocated */
+void jcuda_alloc_stats_get(jcuda_alloc_stats *out);
+/* Give every cached block back to the driver. */
+void jcuda_alloc_release_cache(void);
+
 /* -- Rendering ------------------------------------------------------------------ */
 
 /* Entry point of every rendered kernel:
@@ -49,6 +108,23 @@ const char *jcuda_device_reason(void);   /* NULL when available */
 ** Results never depend on the grid or block size. */
 #define JCUDA_ENTRY "tck_main"
 #define JCUDA_MAX_THREADS 1024
+
+/* The launch ABI. Under NVRTC tck_main is a device function; the kernel
+** launched is
+**   extern "C" __global__ void tck_entry(const __grid_constant__ tck_params p)
+** whose one by-value parameter holds, as 8-byte words in order: bufs
+** (nbufs device pointers), scalars (nscalars doubles), dims (the dynamic
+** layout, kir_dyn_len words), lo, hi; each array at least one word long.
+** A host build of the same text gets `void tck_entry(const tck_params *)`
+** instead (the fake driver of tests/jit_cuda calls it). */
+#define JCUDA_LAUNCH_ENTRY "tck_entry"
+void jcuda_params_counts(const kir_kernel *k, int *nbufs, int *nscalars,
+                         int *ndims);
+size_t jcuda_params_size(const kir_kernel *k);   /* bytes */
+/* Fill out (jcuda_params_size(k) bytes); dims may be NULL (static). */
+void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
+                       const double *scalars, const int64_t *dims,
+                       int64_t lo, int64_t hi);
 
 /* Render k as a self-contained CUDA C translation unit (approx.h included
 ** in the text). Returns a malloc'd string, or NULL with a one-line reason
@@ -80,7 +156,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** NVRTC version, options and arch, and the renderer's version
 ** ("cuda nvrtc 13.0 sm_90 render 1 -fmad=false ..."). Into buf; returns
 ** buf. */
-#define JCUDA_RENDER_VERSION 2
+#define JCUDA_RENDER_VERSION 3
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif

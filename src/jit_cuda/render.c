@@ -58,7 +58,7 @@ static const char prelude[] =
   "#define NAN __int_as_float(0x7fc00000)\n"
   "#define __builtin_fmaf fmaf\n"
   "#define __builtin_fma fma\n"
-  "#define TCK_KERNEL extern \"C\" __global__ void\n"
+  "#define TCK_KERNEL static __device__ __forceinline__ void\n"
   "#define TCK_SHARED __shared__\n"
   "#define TCK_SYNC() __syncthreads()\n"
   "#elif !defined(TCK_KERNEL)\n"
@@ -608,6 +608,66 @@ static void emit_rows(rd *r)
   fputs("  }\n", f);
 }
 
+/* -- The launch entry ------------------------------------------------------ */
+
+void jcuda_params_counts(const kir_kernel *k, int *nbufs, int *nscalars,
+                         int *ndims)
+{
+  /* C++ has no zero-length arrays: every array holds at least one word */
+  *nbufs = k->nbufs > 0 ? k->nbufs : 1;
+  *nscalars = k->nscalars > 0 ? k->nscalars : 1;
+  *ndims = k->dynamic && kir_dyn_len(k) > 0 ? kir_dyn_len(k) : 1;
+}
+
+size_t jcuda_params_size(const kir_kernel *k)
+{
+  int nb, ns, nd;
+  jcuda_params_counts(k, &nb, &ns, &nd);
+  return (size_t)(nb + ns + nd + 2) * 8;
+}
+
+void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
+                       const double *scalars, const int64_t *dims,
+                       int64_t lo, int64_t hi)
+{
+  int nb, ns, nd;
+  jcuda_params_counts(k, &nb, &ns, &nd);
+  char *w = out;
+  memset(w, 0, jcuda_params_size(k));
+  memcpy(w, bufs, sizeof(char *) * (size_t)k->nbufs);
+  w += 8 * (size_t)nb;
+  if (scalars)
+    memcpy(w, scalars, sizeof(double) * (size_t)k->nscalars);
+  w += 8 * (size_t)ns;
+  if (k->dynamic && dims)
+    memcpy(w, dims, sizeof(int64_t) * (size_t)kir_dyn_len(k));
+  w += 8 * (size_t)nd;
+  memcpy(w, &lo, 8);
+  memcpy(w + 8, &hi, 8);
+}
+
+/* tck_params (the launch's one parameter, passed by value: a device launch
+** cannot take host pointers to arrays) and tck_entry, which unpacks it. A
+** host build gets a trampoline taking a pointer to the same struct, so a
+** fake driver can run the text as a device would. Every member is 8 bytes
+** wide: the layout is jcuda_params_pack's flat array of words. */
+static void emit_entry(FILE *f, const kir_kernel *k)
+{
+  int nb, ns, nd;
+  jcuda_params_counts(k, &nb, &ns, &nd);
+  fprintf(f, "\ntypedef struct {\n  char *bufs[%d];\n  double scalars[%d];\n"
+          "  int64_t dims[%d];\n  int64_t lo, hi;\n} tck_params;\n", nb, ns,
+          nd);
+  fputs("#if defined(__CUDACC_RTC__)\n"
+        "extern \"C\" __global__ void " JCUDA_LAUNCH_ENTRY
+        "(const __grid_constant__ tck_params p)\n"
+        "{\n  tck_main(p.bufs, p.scalars, p.dims, p.lo, p.hi);\n}\n"
+        "#else\n"
+        "void " JCUDA_LAUNCH_ENTRY "(const tck_params *p)\n"
+        "{\n  tck_main(p->bufs, p->scalars, p->dims, p->lo, p->hi);\n}\n"
+        "#endif\n", f);
+}
+
 char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
 {
   char *text = NULL;
@@ -635,6 +695,7 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   else
     emit_rows(&r);
   fputs("}\n", f);
+  emit_entry(f, k);
   if (fclose(f) != 0 || r.bad) {
     if (reason)
       snprintf(reason, rlen, "%s", r.bad ? r.why : "out of memory");

@@ -60,10 +60,43 @@ static tensor_storage *storage_wrap(void *data, size_t nbytes,
   return s;
 }
 
+/* -- Device storage: the ops a backend registered ------------------------- */
+
+const tensor_device_ops *tensor_device[TC_DEV__MAX];
+
+void tensor_device_register(int device, const tensor_device_ops *ops)
+{
+  tensor_device[device] = ops;
+}
+
+/* Storage of nbytes on a device other than the CPU (its ops allocate). */
+static tensor_storage *storage_new_on(int device, size_t nbytes)
+{
+  const tensor_device_ops *ops = tensor_device[device];
+  if (!ops) {
+    tc_seterr(TC_E_DEVICE, "no backend registered for device %d", device);
+    return NULL;
+  }
+  tensor_storage *s = storage_alloc();
+  if (!s) {
+    tc_seterr(TC_E_NOMEM, "out of memory allocating a storage record");
+    return NULL;
+  }
+  if (ops->alloc(&s->data, nbytes) < 0) {
+    storage_dealloc(s);
+    return NULL;
+  }
+  storage_init(s, nbytes);
+  s->device = device;
+  return s;
+}
+
 static void storage_release(tensor_storage *s)
 {
   if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
-    if (!s->external)
+    if (s->device != TC_DEV_CPU)
+      tensor_device[s->device]->free(s->data, s->nbytes);
+    else if (!s->external)
       tensor_free_block(s->data, s->nbytes);
     else if (s->deleter)
       s->deleter(s->data, s->deleter_ctx);
@@ -273,6 +306,25 @@ tc_tensor *tensor_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->storage = storage_new(nbytes);
   if (!t->storage) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating %zu bytes", nbytes);
+    tensor_handle_dealloc(t);
+    return NULL;
+  }
+  return t;
+}
+
+tc_tensor *tensor_new_on(int device, tc_dtype dt, int ndim,
+                         const int64_t *shape)
+{
+  if (device == TC_DEV_CPU)
+    return tensor_new(dt, ndim, shape);
+  tc_tensor *t = handle_new(dt, ndim, shape);
+  if (!t)
+    return NULL;
+  tensor_contiguous_strides(ndim, shape, t->stride);
+  t->keys = TC_KEYSET(TC_KEY_CUDA);
+  t->storage = storage_new_on(device,
+                              (size_t)t->numel * tensor_dtype_size[dt]);
+  if (!t->storage) {
     tensor_handle_dealloc(t);
     return NULL;
   }

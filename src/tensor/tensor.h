@@ -103,7 +103,7 @@ extern const op_info op_table[TC_OP__MAX];
 
 /* -- Storage and tensors --------------------------------------------------- */
 
-enum { TC_DEV_CPU = 0, TC_DEV_CUDA = 1 };
+enum { TC_DEV_CPU = 0, TC_DEV_CUDA = 1, TC_DEV__MAX };
 
 /* Data of one or more tensors. Refcounted separately from tensor handles,
 ** so views share it. */
@@ -270,6 +270,15 @@ tc_tensor *tensor_new_external(tc_dtype dt, int ndim, const int64_t *shape,
                                void *data,
                                void (*deleter)(void *data, void *ctx),
                                void *ctx);
+/* A contiguous tensor on `device` (uninitialized data; keys: that
+** device's). TC_DEV_CPU is tensor_new. */
+tc_tensor *tensor_new_on(int device, tc_dtype dt, int ndim,
+                         const int64_t *shape);
+/* The device a tensor's data is on (a lazy tensor: the CPU's). */
+static inline int tensor_device_of(const tc_tensor *t)
+{
+  return t->storage ? t->storage->device : TC_DEV_CPU;
+}
 /* A new handle over t's storage with the given geometry (a view). */
 tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
@@ -331,6 +340,23 @@ void tensor_free_block(void *p, size_t nbytes);
 void tensor_alloc_stats(uint64_t *live, uint64_t *hits, uint64_t *misses);
 void tensor_alloc_trim(void);          /* return cached blocks to the OS */
 void tensor_alloc_reset_stats(void);
+
+/* -- Device memory: ops a backend registers --------------------------------
+** The ground floor knows no device API. The module that drives a device
+** (eager, from jit_cuda, at init) registers how its memory is allocated,
+** freed and copied; storage on that device uses them. */
+typedef struct {
+  /* *p = a block of nbytes (NULL when nbytes is 0); 0 or -1, error set */
+  int (*alloc)(void **p, size_t nbytes);
+  void (*free)(void *p, size_t nbytes);     /* nbytes: as allocated */
+  /* between this device and the host (to_device) or within it (both
+  ** device addresses, when dev_to_dev); 0 or -1 with the error set */
+  int (*to_device)(void *dst, const void *src, size_t nbytes);
+  int (*to_host)(void *dst, const void *src, size_t nbytes);
+  int (*dev_to_dev)(void *dst, const void *src, size_t nbytes);
+} tensor_device_ops;
+extern const tensor_device_ops *tensor_device[TC_DEV__MAX];
+void tensor_device_register(int device, const tensor_device_ops *ops);
 
 /* -- Scopes ---------------------------------------------------------------- */
 

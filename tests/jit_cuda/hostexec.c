@@ -10,32 +10,26 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "hostexec.h"
+#include "hostrun.h"
 #include "../../include/tc.h"
 #include "../../src/jit_cuda/jit_cuda.h"
 #include "../../src/trace/trace.h"
 
-#ifndef HX_SHIM
-#error "HX_SHIM (the path of shim.h) must be defined by the build"
-#endif
 
-/* -- Compiled kernels, by source text ------------------------------------- */
+/* -- Kernels, by source text ------------------------------------------------ */
 
 typedef void (*hx_entry)(char *const *bufs, const double *scalars,
                          const int64_t *dims, int64_t lo, int64_t hi);
-struct dim3 { unsigned x, y, z; };
 
 typedef struct hx_kernel {
   struct hx_kernel *next;
   uint64_t hash;
   char *src;
-  void *so;
+  hr_module *mod;            /* compiled by hostrun.c, on first run */
   hx_entry entry;
-  struct dim3 *tidx, *bidx, *bdim, *gdim;
-  void (**sync)(void);
   bool nvrtc_done;
   unsigned long launches;    /* host runs of this kernel (the hook's cap) */
 } hx_kernel;
@@ -43,7 +37,7 @@ typedef struct hx_kernel {
 static hx_kernel *kernels;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char workdir[256];
-static unsigned long ncompiled;
+static unsigned long nfiles;
 
 static uint64_t fnv1a(const char *s)
 {
@@ -90,52 +84,20 @@ static int write_file(const char *path, const char *text)
   return fclose(f) == 0 ? rc : -1;
 }
 
-/* gcc compiles the CUDA C as C11 with the shim: the same flags as libtc's
-** own eager code (no contraction, no fast-math), so the host run computes
-** what the text says, in the order it says it. */
-static int compile_so(hx_kernel *kx, char *why, size_t wlen)
+static int compile_kernel(hx_kernel *kx, char *why, size_t wlen)
 {
-  if (ensure_workdir(why, wlen) < 0)
+  kx->mod = hr_compile(kx->src, why, wlen);
+  if (!kx->mod)
     return -1;
-  char c[300], so[300], cmd[1200];
-  unsigned long id = ncompiled++;
-  snprintf(c, sizeof c, "%s/k%lu.c", workdir, id);
-  snprintf(so, sizeof so, "%s/k%lu.so", workdir, id);
-  if (write_file(c, kx->src) < 0) {
-    snprintf(why, wlen, "cannot write %s", c);
+  kx->entry = (hx_entry)hr_symbol(kx->mod, JCUDA_ENTRY);
+  if (!kx->entry) {
+    snprintf(why, wlen, "the object lacks %s", JCUDA_ENTRY);
     return -1;
   }
-  snprintf(cmd, sizeof cmd,
-           "gcc -std=gnu11 -O0 -fPIC -shared -ffp-contract=off "
-           "-fno-strict-aliasing -fno-math-errno -fno-trapping-math "
-           "-Wall -Werror -Wno-unused-function -Wno-unused-variable "
-           "-include '%s' -o '%s' '%s' -lm 2>'%s.log'",
-           HX_SHIM, so, c, c);
-  if (system(cmd) != 0) {
-    snprintf(why, wlen, "gcc failed on the CUDA C (%s, log %s.log)", c, c);
-    return -1;
-  }
-  kx->so = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  if (!kx->so) {
-    snprintf(why, wlen, "dlopen: %s", dlerror());
-    return -1;
-  }
-  kx->entry = (hx_entry)dlsym(kx->so, JCUDA_ENTRY);
-  kx->tidx = dlsym(kx->so, "threadIdx");
-  kx->bidx = dlsym(kx->so, "blockIdx");
-  kx->bdim = dlsym(kx->so, "blockDim");
-  kx->gdim = dlsym(kx->so, "gridDim");
-  kx->sync = dlsym(kx->so, "tck_sync_hook");
-  if (!kx->entry || !kx->tidx || !kx->bidx || !kx->bdim || !kx->gdim ||
-      !kx->sync) {
-    snprintf(why, wlen, "the object lacks the entry or the shim");
-    return -1;
-  }
-  unlink(c);
   return 0;
 }
 
-/* The compiled kernel for k (rendered, and compiled on first sight). */
+/* The kernel for k (rendered, and compiled on first sight). */
 static hx_kernel *kernel_for(const kir_kernel *k, bool compile, char *why,
                              size_t wlen)
 {
@@ -146,7 +108,7 @@ static hx_kernel *kernel_for(const kir_kernel *k, bool compile, char *why,
   for (hx_kernel *kx = kernels; kx; kx = kx->next)
     if (kx->hash == h && strcmp(kx->src, src) == 0) {
       free(src);
-      if (compile && !kx->so && compile_so(kx, why, wlen) < 0)
+      if (compile && !kx->entry && compile_kernel(kx, why, wlen) < 0)
         return NULL;
       return kx;
     }
@@ -160,136 +122,25 @@ static hx_kernel *kernel_for(const kir_kernel *k, bool compile, char *why,
   kx->src = src;
   kx->next = kernels;
   kernels = kx;
-  if (compile && compile_so(kx, why, wlen) < 0)
+  if (compile && compile_kernel(kx, why, wlen) < 0)
     return NULL;
   return kx;
 }
 
-/* -- Fibers: one block's threads ------------------------------------------- */
-
-#define FIBER_STACK (128 * 1024)
-
-/* AddressSanitizer must be told of each stack switch, or it misreads the
-** fibers' frames; without it these are no-ops. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#define SWITCH_START(save, bottom, size) \
-  __sanitizer_start_switch_fiber(save, bottom, size)
-#define SWITCH_FINISH(save, bottom, size) \
-  __sanitizer_finish_switch_fiber(save, bottom, size)
-#else
-#define SWITCH_START(save, bottom, size) ((void)(save), (void)(bottom), \
-                                          (void)(size))
-#define SWITCH_FINISH(save, bottom, size) ((void)(save), (void)(bottom), \
-                                           (void)(size))
-#endif
+/* -- Running: tck_main itself, as each thread ------------------------------- */
 
 typedef struct {
-  ucontext_t ctx;
-  char *stack;
-  bool done, at_barrier;
-} fiber;
-
-static struct {
-  ucontext_t sched;
-  fiber *f;
-  unsigned nf, cap;
-  unsigned cur;
-  const void *sched_bottom;   /* the scheduler's stack (sanitizer) */
-  size_t sched_size;
-  hx_kernel *kx;
+  hx_entry entry;
   char *const *bufs;
   const double *scalars;
   const int64_t *dims;
   int64_t lo, hi;
-} run;
+} main_args;
 
-static void on_sync(void)
+static void call_main(void *ctx)
 {
-  fiber *f = &run.f[run.cur];
-  f->at_barrier = true;
-  void *save = NULL;
-  SWITCH_START(&save, run.sched_bottom, run.sched_size);
-  swapcontext(&f->ctx, &run.sched);
-  SWITCH_FINISH(save, &run.sched_bottom, &run.sched_size);
-}
-
-static void fiber_main(void)
-{
-  SWITCH_FINISH(NULL, &run.sched_bottom, &run.sched_size);
-  run.kx->entry(run.bufs, run.scalars, run.dims, run.lo, run.hi);
-  run.f[run.cur].done = true;   /* returns to uc_link: the scheduler */
-  SWITCH_START(NULL, run.sched_bottom, run.sched_size);
-}
-
-static int fibers_reserve(unsigned n)
-{
-  if (n <= run.cap)
-    return 0;
-  fiber *f = realloc(run.f, n * sizeof *f);
-  if (!f)
-    return -1;
-  run.f = f;
-  for (unsigned i = run.cap; i < n; i++) {
-    f[i].stack = malloc(FIBER_STACK);
-    if (!f[i].stack)
-      return -1;
-    run.cap = i + 1;
-  }
-  return 0;
-}
-
-/* getcontext and swapcontext return twice: kept out of run_block's loops
-** (whose counters GCC would otherwise warn may be clobbered). */
-__attribute__((noinline)) static void fiber_start(fiber *f)
-{
-  getcontext(&f->ctx);
-  f->ctx.uc_stack.ss_sp = f->stack;
-  f->ctx.uc_stack.ss_size = FIBER_STACK;
-  f->ctx.uc_link = &run.sched;
-  makecontext(&f->ctx, fiber_main, 0);
-  f->done = f->at_barrier = false;
-}
-
-/* Run thread t until it reaches a barrier or returns. */
-__attribute__((noinline)) static void fiber_resume(fiber *f, unsigned t)
-{
-  f->at_barrier = false;
-  run.cur = t;
-  run.kx->tidx->x = t;
-  void *save = NULL;
-  SWITCH_START(&save, f->stack, FIBER_STACK);
-  swapcontext(&run.sched, &f->ctx);
-  SWITCH_FINISH(save, NULL, NULL);
-}
-
-/* Run one block: every thread up to its next barrier, in thread order,
-** until all have returned. A barrier some threads skip is an error (on a
-** device: a hang or undefined behaviour). */
-static int run_block(unsigned nthreads, char *why, size_t wlen)
-{
-  for (unsigned t = 0; t < nthreads; t++)
-    fiber_start(&run.f[t]);
-  for (;;) {
-    unsigned waiting = 0, done = 0;
-    for (unsigned t = 0; t < nthreads; t++) {
-      fiber *f = &run.f[t];
-      if (f->done)
-        continue;
-      fiber_resume(f, t);
-    }
-    for (unsigned t = 0; t < nthreads; t++) {
-      waiting += run.f[t].at_barrier;
-      done += run.f[t].done;
-    }
-    if (done == nthreads)
-      return 0;
-    if (waiting != nthreads) {
-      snprintf(why, wlen, "barrier divergence: %u of %u threads at the "
-               "barrier, %u returned", waiting, nthreads, done);
-      return -1;   /* the parked fibers are dropped with their stacks */
-    }
-  }
+  const main_args *a = ctx;
+  a->entry(a->bufs, a->scalars, a->dims, a->lo, a->hi);
 }
 
 int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
@@ -301,31 +152,12 @@ int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
     return -1;
   }
   pthread_mutex_lock(&lock);
-  int rc = -1;
   hx_kernel *kx = kernel_for(k, true, why, wlen);
-  if (!kx || fibers_reserve(cfg.block) < 0) {
-    if (kx)
-      snprintf(why, wlen, "out of memory");
-    goto out;
-  }
-  *kx->sync = on_sync;
-  *kx->gdim = (struct dim3){ cfg.grid, 1, 1 };
-  *kx->bdim = (struct dim3){ cfg.block, 1, 1 };
-  *kx->tidx = (struct dim3){ 0, 0, 0 };
-  run.kx = kx;
-  run.bufs = bufs;
-  run.scalars = scalars;
-  run.dims = dims;
-  run.lo = lo;
-  run.hi = hi;
-  rc = 0;
-  for (unsigned b = 0; b < cfg.grid && rc == 0; b++) {
-    *kx->bidx = (struct dim3){ b, 0, 0 };
-    rc = run_block(cfg.block, why, wlen);
-  }
-out:
   pthread_mutex_unlock(&lock);
-  return rc;
+  if (!kx)
+    return -1;
+  main_args a = { kx->entry, bufs, scalars, dims, lo, hi };
+  return hr_launch(kx->mod, cfg.grid, cfg.block, call_main, &a, why, wlen);
 }
 
 /* -- NVRTC and ptxas ----------------------------------------------------------- */
@@ -350,7 +182,7 @@ static int ptxas(const char *ptx, char *why, size_t wlen)
   if (ensure_workdir(why, wlen) < 0)
     return -1;
   char in[300], out[300], cmd[1100];
-  unsigned long id = ncompiled++;
+  unsigned long id = nfiles++;
   snprintf(in, sizeof in, "%s/p%lu.ptx", workdir, id);
   snprintf(out, sizeof out, "%s/p%lu.cubin", workdir, id);
   if (write_file(in, ptx) < 0) {

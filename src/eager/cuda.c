@@ -1,0 +1,545 @@
+/*
+** cuda.c -- the CUDA dispatch key. Device storage comes from jit_cuda's
+** caching allocator (registered with tensor at init); tc_to moves tensors
+** between devices. Eager CUDA ops are one-op kernel IR (DESIGN.md): the
+** call becomes a one-node fuse graph, fuse_build plans it shape-dynamic (so
+** one kernel serves every shape), jit_cuda renders each kernel step, NVRTC
+** compiles it on first use (kept in memory by its source text) and it is
+** launched on tc's stream. In-place ops run their functional twin into
+** the target (as trace functionalizes them). Matmul goes to cuBLAS; the
+** other extern steps (argmax, cumsum, topk, ...) have no CUDA
+** implementation yet and fail with a clear error.
+*/
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eager.h"
+#include "../fuse/fuse.h"
+#include "../jit_cuda/jit_cuda.h"
+
+/* -- Device memory, for tensor ----------------------------------------------- */
+
+static int dev_alloc(void **p, size_t nbytes)
+{
+  jcuda_ptr d = 0;
+  int rc = jcuda_alloc(&d, nbytes);
+  *p = (void *)(uintptr_t)d;
+  return rc;
+}
+
+static void dev_free(void *p, size_t nbytes)
+{
+  jcuda_free((jcuda_ptr)(uintptr_t)p, nbytes);
+}
+
+static int dev_to_device(void *dst, const void *src, size_t nbytes)
+{
+  return jcuda_copy_htod((jcuda_ptr)(uintptr_t)dst, src, nbytes);
+}
+
+static int dev_to_host(void *dst, const void *src, size_t nbytes)
+{
+  return jcuda_copy_dtoh(dst, (jcuda_ptr)(uintptr_t)src, nbytes);
+}
+
+static int dev_to_dev(void *dst, const void *src, size_t nbytes)
+{
+  return jcuda_copy_dtod((jcuda_ptr)(uintptr_t)dst,
+                         (jcuda_ptr)(uintptr_t)src, nbytes);
+}
+
+static const tensor_device_ops cuda_ops = {
+  dev_alloc, dev_free, dev_to_device, dev_to_host, dev_to_dev,
+};
+
+/* -- Moving tensors -------------------------------------------------------------- */
+
+static size_t nbytes_of(const tc_tensor *t)
+{
+  return (size_t)t->numel * tensor_dtype_size[t->dtype];
+}
+
+tc_tensor *eager_cuda_from_host(const char *fn, tc_tensor *t)
+{
+  if (!jcuda_device_available()) {
+    tc_seterr(TC_E_DEVICE, "%s: CUDA is not available: %s", fn,
+              jcuda_device_reason());
+    return NULL;
+  }
+  tc_tensor *src = tensor_is_contiguous(t) ? tensor_ref(t)
+                   : eager_contiguous_copy(t, (tc_dtype)t->dtype);
+  tc_tensor *d = src ? tensor_new_on(TC_DEV_CUDA, (tc_dtype)t->dtype,
+                                     t->ndim, t->shape) : NULL;
+  if (d && nbytes_of(d) &&
+      cuda_ops.to_device(tensor_ptr(d), tensor_ptr(src), nbytes_of(d)) < 0) {
+    tensor_unref(d);
+    d = NULL;
+  }
+  tensor_unref(src);
+  return d;
+}
+
+/* The elements t (a view of device storage; strides >= 0) can reach:
+** [offset, offset + span). */
+static int64_t span_of(const tc_tensor *t)
+{
+  int64_t last = 0;
+  for (int i = 0; i < t->ndim; i++)
+    last += (t->shape[i] - 1) * t->stride[i];
+  return t->numel ? last + 1 : 0;
+}
+
+tc_tensor *eager_cuda_to_host(tc_tensor *t)
+{
+  const int64_t span = span_of(t);
+  tc_tensor *raw = tensor_new((tc_dtype)t->dtype, 1, &span);
+  if (!raw)
+    return NULL;
+  size_t n = (size_t)span * tensor_dtype_size[t->dtype];
+  if (n && cuda_ops.to_host(tensor_ptr(raw), tensor_ptr(t), n) < 0) {
+    tensor_unref(raw);
+    return NULL;
+  }
+  tc_tensor *v = tensor_new_view(raw, t->ndim, t->shape, t->stride, 0);
+  tensor_unref(raw);
+  if (!v || tensor_is_contiguous(t))   /* the span is the tensor */
+    return v;
+  tc_tensor *c = eager_contiguous_copy(v, (tc_dtype)t->dtype);
+  tensor_unref(v);
+  return c;
+}
+
+/* -- Kernels: compiled on first use, kept by source text --------------------- */
+
+typedef struct cuda_kernel {
+  struct cuda_kernel *next;
+  char *src;                 /* owned: the key */
+  jcuda_function fn;
+} cuda_kernel;
+
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+static cuda_kernel *kernels;
+
+static char *nvrtc_cubin(const char *fn, const char *src)
+{
+  char arch[16], *image = NULL, *log = NULL;
+  size_t len = 0;
+  if (jcuda_arch(arch, sizeof arch) < 0)
+    return NULL;
+  if (jcuda_nvrtc_compile(src, arch, JCUDA_CUBIN, &image, &len, &log) < 0) {
+    tc_seterr(TC_E_DEVICE, "%s: NVRTC failed: %.160s", fn,
+              log ? log : "no log");
+    if (log)
+      tensor_log(TC_LOG_COMPILE, "NVRTC failed:\n%s", log);
+  }
+  free(log);
+  return image;
+}
+
+static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
+{
+  char why[160];
+  char *src = jcuda_render(k, why, sizeof why);
+  if (!src) {
+    tc_seterr(TC_E_DEVICE, "%s: cannot render the CUDA kernel: %s", fn, why);
+    return NULL;
+  }
+  pthread_mutex_lock(&kernels_lock);
+  cuda_kernel *ck = kernels;
+  while (ck && strcmp(ck->src, src) != 0)
+    ck = ck->next;
+  jcuda_function f = ck ? ck->fn : NULL;
+  if (!ck) {
+    char *image = nvrtc_cubin(fn, src);
+    if (image && jcuda_module_load(image, &f) == 0 &&
+        (ck = malloc(sizeof *ck)) != NULL) {
+      *ck = (cuda_kernel){ kernels, src, f };
+      kernels = ck;
+      src = NULL;   /* the entry owns it */
+      eager_count(ST_KERNELS_COMPILED);
+    } else if (image && f) {
+      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+      f = NULL;
+    }
+    free(image);
+  }
+  pthread_mutex_unlock(&kernels_lock);
+  free(src);
+  return f;
+}
+
+/* A grid-stride launch: enough blocks to fill the device a few times over,
+** never more than there is work for. MAP: threads are points; ROWS: blocks
+** are rows, a power-of-two block (16 to 256) sized to the row. Results do
+** not depend on either (render.c). */
+static void launch_shape(const kir_kernel *k, int64_t units, unsigned *grid,
+                         unsigned *block)
+{
+  int64_t want_blocks = units;
+  if (k->kind == KIR_MAP) {
+    *block = 256;
+    want_blocks = (units + 255) / 256;
+  } else {
+    unsigned b = 16;
+    while (b < 256 && (int64_t)b < k->row_len)
+      b *= 2;
+    *block = b;
+  }
+  int64_t cap = (int64_t)jcuda_sm_count() * 4;
+  *grid = (unsigned)(want_blocks < 1 ? 1 : want_blocks < cap ? want_blocks
+                                                             : cap);
+}
+
+/* -- Running one op's plan -------------------------------------------------------- */
+
+typedef struct {
+  const eager_call *c;
+  const fuse_plan *p;
+  tc_tensor *const *inputs;
+  tc_tensor **temp;          /* per plan temporary (owned) */
+  tc_tensor *out;            /* the result (owned) */
+  tc_tensor *dst;            /* in-place: the target (borrowed) */
+} op_run;
+
+static tc_tensor *ref_tensor(op_run *r, fuse_ref ref)
+{
+  const eager_call *c = r->c;
+  switch (ref.kind) {
+  case FREF_INPUT:
+    return r->inputs[ref.index];
+  case FREF_DEST:
+    return r->dst;
+  case FREF_TEMP:
+    if (!r->temp[ref.index]) {
+      const fuse_temp *t = &r->p->temps[ref.index];
+      r->temp[ref.index] = tensor_new_on(TC_DEV_CUDA, (tc_dtype)t->dtype,
+                                         t->ndim, t->shape);
+    }
+    return r->temp[ref.index];
+  case FREF_OUTPUT:
+    if (!r->out)
+      r->out = tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim, c->shape);
+    return r->out;
+  }
+  tc_seterr(TC_E_INTERNAL, "%s: a CUDA plan refers to an unknown value",
+            c->fn);
+  return NULL;
+}
+
+static int run_kernel_step(op_run *r, const fuse_step *st)
+{
+  const kir_kernel *k = st->k;
+  char *bufs[KIR_MAX_BUFS];
+  double scal[KIR_MAX_SCALARS];
+  for (int i = 0; i < k->nbufs; i++) {
+    tc_tensor *t = ref_tensor(r, st->buf[i]);
+    if (!t)
+      return -1;
+    bufs[i] = (char *)tensor_ptr(t) +
+              st->buf_off[i] * (int64_t)tensor_dtype_size[k->buf[i].dtype];
+  }
+  for (int i = 0; i < st->nscal; i++)
+    scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN ? (double)k->row_len
+              : r->c->s[st->scal[i].which];
+  int64_t units = kir_units(k);
+  if (units == 0)
+    return 0;
+  jcuda_function f = kernel_function(r->c->fn, k);
+  if (!f)
+    return -1;
+  int ndyn = k->dynamic ? kir_dyn_len(k) : 0;
+  int64_t *dims = ndyn ? malloc(sizeof(int64_t) * (size_t)ndyn) : NULL;
+  void *params = malloc(jcuda_params_size(k));
+  int rc = -1;
+  if ((ndyn && !dims) || !params) {
+    tc_seterr(TC_E_NOMEM, "%s: out of memory", r->c->fn);
+  } else {
+    if (dims)
+      kir_dyn_fill(k, dims);
+    jcuda_params_pack(k, params, bufs, scal, dims, 0, units);
+    unsigned grid, block;
+    launch_shape(k, units, &grid, &block);
+    rc = jcuda_launch(f, grid, block, params);
+    eager_count(ST_KERNELS_LAUNCHED);
+  }
+  free(dims);
+  free(params);
+  return rc;
+}
+
+static int run_plan(op_run *r)
+{
+  for (int s = 0; s < r->p->nsteps; s++) {
+    const fuse_step *st = &r->p->steps[s];
+    if (st->kind != FSTEP_KERNEL) {
+      tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet", r->c->fn,
+                op_table[st->kind == FSTEP_EXTERN ? st->op : r->c->op].name);
+      return -1;
+    }
+    if (run_kernel_step(r, st) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* Index of t among the graph's inputs, added when new. */
+static int input_index(tc_tensor *t, tc_tensor **inputs, int *ninputs)
+{
+  int j = 0;
+  while (j < *ninputs && inputs[j] != t)
+    j++;
+  if (j == *ninputs)
+    inputs[(*ninputs)++] = t;
+  return j;
+}
+
+/* The one-node graph of call c over its (distinct) input tensors: the op
+** itself, or for an in-place op its functional twin over the inputs the
+** twin takes (the last ones: COPY_ is CAST of the source), as trace's
+** functionalization records it. */
+static void graph_of(const eager_call *c, tc_op op, fuse_node *n,
+                     tc_tensor **inputs, int *ninputs)
+{
+  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+  memset(n, 0, sizeof *n);
+  n->op = (uint16_t)op;
+  n->dtype = (uint8_t)c->dtype;
+  n->cdtype = (uint8_t)c->cdtype;
+  n->ndim = c->ndim;
+  memcpy(n->shape, c->shape, sizeof(int64_t) * (size_t)c->ndim);
+  n->nin = c->nin - skip;
+  n->dim = c->dim;
+  n->keepdim = c->keepdim;
+  n->sc[0] = (fuse_scalar){ 0, 0 };
+  n->sc[1] = (fuse_scalar){ 1, 0 };
+  *ninputs = 0;
+  for (int e = 0; e < n->nin; e++)
+    n->in[e].src = c->in[skip + e]
+                   ? -input_index(c->in[skip + e], inputs, ninputs) - 1
+                   : FUSE_ABSENT;
+}
+
+/* Run call c as a one-node plan of op; with dst, the result is written
+** into dst (a graph input) and dst returned (no new reference). */
+static tc_tensor *run_one_node(const eager_call *c, tc_op op, tc_tensor *dst)
+{
+  fuse_node node;
+  tc_tensor *inputs[4];
+  int ninputs;
+  graph_of(c, op, &node, inputs, &ninputs);
+  const int out_node = 0;
+  const int out_dest = dst ? input_index(dst, inputs, &ninputs) : -1;
+  fuse_graph g = { 1, &node, NULL, ninputs,
+                   (const tc_tensor *const *)inputs, 1, &out_node,
+                   &out_dest };
+  char reason[160];
+  fuse_plan *p = fuse_build(&g, true, reason, sizeof reason);
+  if (!p) {
+    tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet (%s)", c->fn,
+              op_table[c->op].name, reason);
+    return NULL;
+  }
+  op_run r = { c, p, inputs, calloc((size_t)p->ntemps + 1, sizeof(void *)),
+               NULL, dst };
+  int rc = r.temp ? run_plan(&r) : -1;
+  tc_tensor *result = NULL;
+  if (rc == 0) {
+    fuse_ref ref = p->out_ref[0];
+    tc_tensor *v = ref.kind == FREF_OUTPUT || ref.kind == FREF_TEMP
+                   ? ref_tensor(&r, ref) : NULL;
+    if (ref.kind == FREF_DEST && dst)
+      v = dst;
+    result = v == dst ? v : tensor_ref(v);
+    if (!v)
+      tc_seterr(TC_E_DEVICE, "%s: %s is not available on cuda yet", c->fn,
+                op_table[c->op].name);
+  }
+  for (int i = 0; r.temp && i < p->ntemps; i++)
+    tensor_unref(r.temp[i]);
+  free(r.temp);
+  tensor_unref(r.out);
+  fuse_plan_free(p);
+  return result;
+}
+
+/* -- The CUDA key's handlers --------------------------------------------------------- */
+
+/* A 0-d CPU tensor is a scalar that may meet CUDA tensors (as in
+** PyTorch): autograd's seeds and constants are made so. */
+static bool cpu_scalar(const tc_tensor *t)
+{
+  return t->ndim == 0 && tensor_device_of(t) == TC_DEV_CPU;
+}
+
+/* Every tensor of c on the device (0-d CPU operands aside)? Else the error
+** the contract names. */
+static bool one_device(const eager_call *c)
+{
+  bool cpu = false, cuda = false;
+  for (int e = 0; e < c->nin; e++)
+    if (c->in[e] && !cpu_scalar(c->in[e])) {
+      cpu |= tensor_device_of(c->in[e]) == TC_DEV_CPU;
+      cuda |= tensor_device_of(c->in[e]) == TC_DEV_CUDA;
+    }
+  if (c->dst) {
+    cpu |= tensor_device_of(c->dst) == TC_DEV_CPU;
+    cuda |= tensor_device_of(c->dst) == TC_DEV_CUDA;
+  }
+  if (cpu && cuda) {
+    tc_seterr(TC_E_DEVICE, "%s expects tensors on one device (cpu and "
+              "cuda)", c->fn);
+    return false;
+  }
+  return true;
+}
+
+static tc_tensor *cuda_view(const eager_call *c)
+{
+  const tensor_geom *g = &c->view;
+  return tensor_new_view(c->in[0], g->ndim, g->shape, g->stride, g->offset);
+}
+
+static tc_tensor *cuda_contiguous(const eager_call *c)
+{
+  const tc_tensor *t = c->in[0];
+  if (tensor_is_contiguous(t) && t->dtype == c->dtype)
+    return tensor_new_view(t, t->ndim, t->shape, t->stride, t->offset);
+  eager_call cast = *c;
+  cast.op = TC_OP_CAST;   /* a pointwise copy into a fresh tensor */
+  return run_one_node(&cast, TC_OP_CAST, NULL);
+}
+
+/* -- Matmul: cuBLAS ------------------------------------------------------------- */
+
+/* Matmul operand t as a contiguous device tensor of dtype dt. */
+static tc_tensor *gemm_operand(const eager_call *c, tc_tensor *t)
+{
+  eager_call cc = { .op = TC_OP_CONTIGUOUS, .fn = c->fn, .nin = 1,
+                    .in = { t }, .dtype = c->dtype, .cdtype = c->dtype,
+                    .ndim = t->ndim };
+  memcpy(cc.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return cuda_contiguous(&cc);
+}
+
+/* The batch stride of an operand of `count` matrices of `size` elements
+** against the result's `batch`: its own, 0 when one matrix serves every
+** batch, or -1 for a broadcast cuBLAS's strides cannot express. */
+static int64_t batch_stride(int64_t count, int64_t size, int64_t batch)
+{
+  return count == batch ? size : count == 1 ? 0 : -1;
+}
+
+/* torch.matmul for f32 and f64 whose batch dims are equal or absent in
+** each operand (1-D operands as a row or a column). */
+static tc_tensor *cuda_matmul(const eager_call *c)
+{
+  const tc_tensor *a = c->in[0], *b = c->in[1];
+  if (c->dtype != TC_F32 && c->dtype != TC_F64) {
+    tc_seterr(TC_E_DEVICE, "%s: matmul of %s is not available on cuda yet "
+              "(f32 and f64 are)", c->fn, tc_dtype_name(c->dtype));
+    return NULL;
+  }
+  int64_t m = a->ndim == 1 ? 1 : a->shape[a->ndim - 2];
+  int64_t k = a->shape[a->ndim - 1];
+  int64_t n = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
+  int64_t cnum = 1;
+  for (int d = 0; d < c->ndim; d++)
+    cnum *= c->shape[d];
+  int64_t batch = m > 0 && n > 0 ? cnum / (m * n) : 0;
+  int64_t sa = batch_stride(m > 0 && k > 0 ? a->numel / (m * k) : batch,
+                            m * k, batch);
+  int64_t sb = batch_stride(k > 0 && n > 0 ? b->numel / (k * n) : batch,
+                            k * n, batch);
+  if (sa < 0 || sb < 0) {
+    tc_seterr(TC_E_DEVICE, "%s: matmul with partly broadcast batch dims is "
+              "not available on cuda yet", c->fn);
+    return NULL;
+  }
+  tc_tensor *ca = gemm_operand(c, c->in[0]), *cb = gemm_operand(c, c->in[1]);
+  tc_tensor *out = ca && cb ? tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim,
+                                            c->shape) : NULL;
+  if (out && jcuda_gemm(c->dtype, m, n, k, batch,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(out), m * n) < 0) {
+    tensor_unref(out);
+    out = NULL;
+  }
+  tensor_unref(ca);
+  tensor_unref(cb);
+  return out;
+}
+
+/* An in-place op: its twin computed into the target. A source that
+** overlaps the target as another view is copied first (each point must
+** read the values from before the write). */
+static tc_tensor *cuda_inplace(const eager_call *c)
+{
+  eager_call fc = *c;
+  tc_tensor *copy = NULL;
+  for (int e = 1; e < c->nin; e++)
+    if (c->in[e] && tensor_shares_storage(c->in[e], c->dst) &&
+        !tensor_same_view(c->in[e], c->dst)) {
+      eager_call cc = { .op = TC_OP_CAST, .fn = c->fn, .nin = 1,
+                        .in = { c->in[e] }, .dtype = (tc_dtype)c->in[e]->dtype,
+                        .cdtype = (tc_dtype)c->in[e]->dtype,
+                        .ndim = c->in[e]->ndim };
+      memcpy(cc.shape, c->in[e]->shape, sizeof(int64_t) * (size_t)cc.ndim);
+      copy = run_one_node(&cc, TC_OP_CAST, NULL);
+      if (!copy)
+        return NULL;
+      fc.in[e] = copy;
+    }
+  tc_tensor *r = run_one_node(&fc, (tc_op)op_table[c->op].twin, c->dst);
+  tensor_unref(copy);
+  if (r)
+    atomic_fetch_add(&c->dst->storage->version, 1);   /* as eager CPU */
+  return r;
+}
+
+static tc_tensor *cuda_dispatch(const eager_call *c);
+
+/* c with its 0-d CPU operands copied to the device first. */
+static tc_tensor *cuda_op(const eager_call *c)
+{
+  if (!one_device(c))
+    return NULL;
+  eager_call dc = *c;
+  tc_tensor *moved[3] = { NULL, NULL, NULL };
+  bool ok = true;
+  for (int e = 0; e < c->nin && ok; e++)
+    if (c->in[e] && cpu_scalar(c->in[e]) && c->op != TC_OP_VIEW) {
+      ok = tensor_make_readable(c->in[e]) == 0 &&
+           (moved[e] = eager_cuda_from_host(c->fn, c->in[e])) != NULL;
+      dc.in[e] = moved[e];
+    }
+  tc_tensor *r = ok ? cuda_dispatch(&dc) : NULL;
+  for (int e = 0; e < 3; e++)
+    tensor_unref(moved[e]);
+  return r;
+}
+
+static tc_tensor *cuda_dispatch(const eager_call *c)
+{
+  switch (c->op) {
+  case TC_OP_VIEW:
+    return cuda_view(c);
+  case TC_OP_CONTIGUOUS:
+    return cuda_contiguous(c);
+  case TC_OP_MATMUL:
+    return cuda_matmul(c);
+  default:
+    break;
+  }
+  if (op_table[c->op].flags & OPF_M)
+    return cuda_inplace(c);
+  return run_one_node(c, c->op, NULL);
+}
+
+void eager_register_cuda(void)
+{
+  tensor_device_register(TC_DEV_CUDA, &cuda_ops);
+  for (int op = 0; op < TC_OP__MAX; op++)
+    eager_register(TC_KEY_CUDA, (tc_op)op, cuda_op);
+}

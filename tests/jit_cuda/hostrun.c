@@ -1,0 +1,318 @@
+/*
+** hostrun.c -- compile CUDA C with gcc + shim.h and run it on the host as a
+** grid of blocks of fiber threads; see hostrun.h.
+*/
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "hostrun.h"
+
+#ifndef HX_SHIM
+#error "HX_SHIM (the path of shim.h) must be defined by the build"
+#endif
+
+/* -- Compiled objects, by source text --------------------------------------- */
+
+struct dim3 { unsigned x, y, z; };
+
+struct hr_module {
+  hr_module *next;
+  uint64_t hash;
+  char *src;                          /* owned */
+  void *so;
+  struct dim3 *tidx, *bidx, *bdim, *gdim;
+  void (**sync)(void);
+};
+
+static hr_module *modules;
+static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
+static char workdir[256];
+static unsigned long ncompiled;
+
+static uint64_t fnv1a(const char *s)
+{
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
+
+void hr_cleanup(void)
+{
+  if (!workdir[0])
+    return;
+  char cmd[320];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "hostrun: could not remove %s\n", workdir);
+  workdir[0] = 0;
+}
+
+static int ensure_workdir(char *why, size_t wlen)
+{
+  if (workdir[0])
+    return 0;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(workdir, sizeof workdir, "%s/tc-hostrun-XXXXXX",
+           tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(workdir)) {
+    snprintf(why, wlen, "mkdtemp %s failed", workdir);
+    workdir[0] = 0;
+    return -1;
+  }
+  atexit(hr_cleanup);
+  return 0;
+}
+
+static int write_file(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return -1;
+  size_t n = strlen(text);
+  int rc = fwrite(text, 1, n, f) == n ? 0 : -1;
+  return fclose(f) == 0 ? rc : -1;
+}
+
+/* gcc compiles the CUDA C as C11 with the shim: the same flags as libtc's
+** own eager code (no contraction, no fast-math), so the host run computes
+** what the text says, in the order it says it. */
+static int compile_so(hr_module *m, char *why, size_t wlen)
+{
+  if (ensure_workdir(why, wlen) < 0)
+    return -1;
+  char c[300], so[300], cmd[1200];
+  unsigned long id = ncompiled++;
+  snprintf(c, sizeof c, "%s/k%lu.c", workdir, id);
+  snprintf(so, sizeof so, "%s/k%lu.so", workdir, id);
+  if (write_file(c, m->src) < 0) {
+    snprintf(why, wlen, "cannot write %s", c);
+    return -1;
+  }
+  snprintf(cmd, sizeof cmd,
+           "gcc -std=gnu11 -O0 -fPIC -shared -ffp-contract=off "
+           "-fno-strict-aliasing -fno-math-errno -fno-trapping-math "
+           "-Wall -Werror -Wno-unused-function -Wno-unused-variable "
+           "-include '%s' -o '%s' '%s' -lm 2>'%s.log'",
+           HX_SHIM, so, c, c);
+  if (system(cmd) != 0) {
+    snprintf(why, wlen, "gcc failed on the CUDA C (%s, log %s.log)", c, c);
+    return -1;
+  }
+  m->so = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!m->so) {
+    snprintf(why, wlen, "dlopen: %s", dlerror());
+    return -1;
+  }
+  m->tidx = dlsym(m->so, "threadIdx");
+  m->bidx = dlsym(m->so, "blockIdx");
+  m->bdim = dlsym(m->so, "blockDim");
+  m->gdim = dlsym(m->so, "gridDim");
+  m->sync = dlsym(m->so, "tck_sync_hook");
+  if (!m->tidx || !m->bidx || !m->bdim || !m->gdim || !m->sync) {
+    snprintf(why, wlen, "the object lacks the shim's variables");
+    return -1;
+  }
+  unlink(c);
+  return 0;
+}
+
+static hr_module *find_or_add(const char *src, char *why, size_t wlen)
+{
+  uint64_t h = fnv1a(src);
+  for (hr_module *m = modules; m; m = m->next)
+    if (m->hash == h && strcmp(m->src, src) == 0)
+      return m;
+  hr_module *m = calloc(1, sizeof *m);
+  char *copy = strdup(src);
+  if (!m || !copy) {
+    free(m);
+    free(copy);
+    snprintf(why, wlen, "out of memory");
+    return NULL;
+  }
+  m->hash = h;
+  m->src = copy;
+  m->next = modules;
+  modules = m;
+  return m;
+}
+
+hr_module *hr_compile(const char *src, char *why, size_t wlen)
+{
+  pthread_mutex_lock(&compile_lock);
+  hr_module *m = find_or_add(src, why, wlen);
+  if (m && !m->so && compile_so(m, why, wlen) < 0)
+    m = NULL;
+  pthread_mutex_unlock(&compile_lock);
+  return m;
+}
+
+void *hr_symbol(hr_module *m, const char *name)
+{
+  return m && m->so ? dlsym(m->so, name) : NULL;
+}
+
+/* -- Fibers: one block's threads ------------------------------------------- */
+
+#define FIBER_STACK (128 * 1024)
+
+/* AddressSanitizer must be told of each stack switch, or it misreads the
+** fibers' frames; without it these are no-ops. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define SWITCH_START(save, bottom, size) \
+  __sanitizer_start_switch_fiber(save, bottom, size)
+#define SWITCH_FINISH(save, bottom, size) \
+  __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define SWITCH_START(save, bottom, size) ((void)(save), (void)(bottom), \
+                                          (void)(size))
+#define SWITCH_FINISH(save, bottom, size) ((void)(save), (void)(bottom), \
+                                           (void)(size))
+#endif
+
+typedef struct {
+  ucontext_t ctx;
+  char *stack;
+  bool done, at_barrier;
+} fiber;
+
+static struct {
+  ucontext_t sched;
+  fiber *f;
+  unsigned cap;
+  unsigned cur;
+  const void *sched_bottom;   /* the scheduler's stack (sanitizer) */
+  size_t sched_size;
+  hr_module *m;
+  void (*call)(void *ctx);
+  void *ctx;
+} run;
+
+static void on_sync(void)
+{
+  fiber *f = &run.f[run.cur];
+  f->at_barrier = true;
+  void *save = NULL;
+  SWITCH_START(&save, run.sched_bottom, run.sched_size);
+  swapcontext(&f->ctx, &run.sched);
+  SWITCH_FINISH(save, &run.sched_bottom, &run.sched_size);
+}
+
+static void fiber_main(void)
+{
+  SWITCH_FINISH(NULL, &run.sched_bottom, &run.sched_size);
+  run.call(run.ctx);
+  run.f[run.cur].done = true;   /* returns to uc_link: the scheduler */
+  SWITCH_START(NULL, run.sched_bottom, run.sched_size);
+}
+
+static int fibers_reserve(unsigned n)
+{
+  if (n <= run.cap)
+    return 0;
+  fiber *f = realloc(run.f, n * sizeof *f);
+  if (!f)
+    return -1;
+  run.f = f;
+  for (unsigned i = run.cap; i < n; i++) {
+    f[i].stack = malloc(FIBER_STACK);
+    if (!f[i].stack)
+      return -1;
+    run.cap = i + 1;
+  }
+  return 0;
+}
+
+/* getcontext and swapcontext return twice: kept out of run_block's loops
+** (whose counters GCC would otherwise warn may be clobbered). */
+__attribute__((noinline)) static void fiber_start(fiber *f)
+{
+  getcontext(&f->ctx);
+  f->ctx.uc_stack.ss_sp = f->stack;
+  f->ctx.uc_stack.ss_size = FIBER_STACK;
+  f->ctx.uc_link = &run.sched;
+  makecontext(&f->ctx, fiber_main, 0);
+  f->done = f->at_barrier = false;
+}
+
+/* Run thread t until it reaches a barrier or returns. */
+__attribute__((noinline)) static void fiber_resume(fiber *f, unsigned t)
+{
+  f->at_barrier = false;
+  run.cur = t;
+  run.m->tidx->x = t;
+  void *save = NULL;
+  SWITCH_START(&save, f->stack, FIBER_STACK);
+  swapcontext(&run.sched, &f->ctx);
+  SWITCH_FINISH(save, NULL, NULL);
+}
+
+/* Run one block: every thread up to its next barrier, in thread order,
+** until all have returned. A barrier some threads skip is an error (on a
+** device: a hang or undefined behaviour). */
+static int run_block(unsigned nthreads, char *why, size_t wlen)
+{
+  for (unsigned t = 0; t < nthreads; t++)
+    fiber_start(&run.f[t]);
+  for (;;) {
+    unsigned waiting = 0, done = 0;
+    for (unsigned t = 0; t < nthreads; t++) {
+      fiber *f = &run.f[t];
+      if (f->done)
+        continue;
+      fiber_resume(f, t);
+    }
+    for (unsigned t = 0; t < nthreads; t++) {
+      waiting += run.f[t].at_barrier;
+      done += run.f[t].done;
+    }
+    if (done == nthreads)
+      return 0;
+    if (waiting != nthreads) {
+      snprintf(why, wlen, "barrier divergence: %u of %u threads at the "
+               "barrier, %u returned", waiting, nthreads, done);
+      return -1;   /* the parked fibers are dropped with their stacks */
+    }
+  }
+}
+
+int hr_launch(hr_module *m, unsigned grid, unsigned block,
+              void (*call)(void *ctx), void *ctx, char *why, size_t wlen)
+{
+  if (block < 1 || block > 1024 || grid < 1) {
+    snprintf(why, wlen, "bad launch configuration");
+    return -1;
+  }
+  pthread_mutex_lock(&launch_lock);
+  int rc = -1;
+  if (fibers_reserve(block) < 0) {
+    snprintf(why, wlen, "out of memory");
+    goto out;
+  }
+  *m->sync = on_sync;
+  *m->gdim = (struct dim3){ grid, 1, 1 };
+  *m->bdim = (struct dim3){ block, 1, 1 };
+  *m->tidx = (struct dim3){ 0, 0, 0 };
+  run.m = m;
+  run.call = call;
+  run.ctx = ctx;
+  rc = 0;
+  for (unsigned b = 0; b < grid && rc == 0; b++) {
+    *m->bidx = (struct dim3){ b, 0, 0 };
+    rc = run_block(block, why, wlen);
+  }
+out:
+  pthread_mutex_unlock(&launch_lock);
+  return rc;
+}

@@ -1,0 +1,32 @@
+/*
+** hostrun.h -- CUDA C on the host: compile a rendered kernel's text with
+** gcc and shim.h into a shared object (cached by text), and run one of its
+** functions as every thread of a grid of blocks: blocks one after another,
+** each block's threads as fibers that meet at every barrier (TCK_SYNC).
+** Shared by hostexec.c (the TC_TEST_CUDA launch hook) and the fake CUDA
+** driver (fake/), so both run the text exactly as it is written.
+*/
+#ifndef TC_HOSTRUN_H
+#define TC_HOSTRUN_H
+
+#include <stddef.h>
+
+typedef struct hr_module hr_module;
+
+/* The compiled object for CUDA C `src` (compiled on first sight, then
+** kept for the process). NULL with a reason. Thread-safe. */
+hr_module *hr_compile(const char *src, char *why, size_t wlen);
+/* A function or variable of the object, or NULL. */
+void *hr_symbol(hr_module *m, const char *name);
+
+/* Run call(ctx) as each thread of `grid` blocks of `block` threads, with
+** the module's index variables set (threadIdx and the rest). 0, or -1
+** with a reason (a bad configuration, barrier divergence, no memory).
+** Launches are serialized. */
+int hr_launch(hr_module *m, unsigned grid, unsigned block,
+              void (*call)(void *ctx), void *ctx, char *why, size_t wlen);
+
+/* Remove the work directory of compiled objects (also done at exit). */
+void hr_cleanup(void);
+
+#endif

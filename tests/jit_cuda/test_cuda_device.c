@@ -1,0 +1,492 @@
+/*
+** test_cuda_device.c -- device tensors and eager CUDA ops through the whole
+** device path: tc -> jit_cuda's Driver API and NVRTC -> (in CI) the fake
+** driver of tests/jit_cuda/fake, which compiles each kernel's CUDA C for
+** the host and runs its grid of blocks there. Eager CUDA results must equal
+** eager CPU results bit for bit (the same operation order by construction).
+**
+** TC_TEST_CUDA_DEVICE picks what the process should see:
+**   fake   the fake driver is first on LD_LIBRARY_PATH: the device tests
+**   none   no driver at all: tc_cuda_available() is false, clear errors
+**   stub   the toolkit's stub libcuda: still no device
+*/
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tc.h"
+#include "../../src/jit_cuda/jit_cuda.h"
+
+static const char *mode(void)
+{
+  const char *m = getenv("TC_TEST_CUDA_DEVICE");
+  return m ? m : "none";
+}
+
+/* -- Helpers -------------------------------------------------------------------- */
+
+static tc_tensor *on_cuda(tc_tensor *t)
+{
+  tc_tensor *d = tc_to(t, "cuda");
+  assert_non_null(d);
+  tc_release(t);
+  return d;
+}
+
+/* a and b (any devices) hold the same bytes */
+static void assert_same_bits(tc_tensor *a, tc_tensor *b)
+{
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_int_equal(tc_dtype_of(a), tc_dtype_of(b));
+  assert_int_equal(tc_numel(a), tc_numel(b));
+  size_t n = (size_t)tc_numel(a) * tc_dtype_size(tc_dtype_of(a));
+  char *x = malloc(n + 1), *y = malloc(n + 1);
+  assert_int_equal(tc_copy_to(a, x, n), 0);
+  assert_int_equal(tc_copy_to(b, y, n), 0);
+  assert_memory_equal(x, y, n);
+  free(x);
+  free(y);
+}
+
+static tc_tensor *randn(int64_t r, int64_t c, uint64_t seed)
+{
+  return tc_randn(TC_F32, TC_SHAPE(r, c), seed);
+}
+
+/* -- Moving tensors ---------------------------------------------------------------- */
+
+static void test_device_available(void **state)
+{
+  (void)state;
+  assert_true(tc_cuda_available());
+  char arch[16];
+  assert_int_equal(jcuda_arch(arch, sizeof arch), 0);
+  assert_string_equal(arch, "sm_90");
+}
+
+/* every dtype goes to the device and back bit for bit (odd bit patterns:
+** NaN payloads, subnormals, negative zero) */
+static void test_to_round_trip_every_dtype(void **state)
+{
+  (void)state;
+  for (int dt = 0; dt < TC_DTYPE__MAX; dt++) {
+    size_t esz = tc_dtype_size((tc_dtype)dt);
+    enum { N = 777 };
+    unsigned char *bytes = malloc(N * esz), *back = malloc(N * esz);
+    for (size_t i = 0; i < N * esz; i++)
+      bytes[i] = (unsigned char)(i * 131u + 7u);
+    if (dt == TC_BOOL)
+      for (size_t i = 0; i < N; i++)
+        bytes[i] &= 1;
+    tc_tensor *h = tc_from_data((tc_dtype)dt, TC_SHAPE(N), bytes, N * esz);
+    assert_int_equal(tc_copy_to(h, bytes, N * esz), 0);   /* as tc holds
+                                                            them */
+    tc_tensor *d = tc_to(h, "cuda");
+    assert_non_null(d);
+    assert_int_equal(tc_copy_to(d, back, N * esz), 0);   /* straight back */
+    assert_memory_equal(bytes, back, N * esz);
+    tc_tensor *h2 = tc_to(d, "cpu");
+    assert_non_null(h2);
+    memset(back, 0, N * esz);
+    assert_int_equal(tc_copy_to(h2, back, N * esz), 0);
+    assert_memory_equal(bytes, back, N * esz);
+    tc_release(h);
+    tc_release(d);
+    tc_release(h2);
+    free(bytes);
+    free(back);
+  }
+}
+
+static void test_to_views_and_item(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();   /* the intermediate views */
+  tc_tensor *h = tc_arange(TC_F64, 0, 24, 1);
+  tc_tensor *h3 = tc_reshape(h, TC_SHAPE(2, 3, 4));
+  tc_tensor *d = tc_to(h3, "cuda");
+  tc_tensor *same = tc_to(d, "cuda");   /* a new handle, same data */
+  assert_non_null(same);
+  tc_tensor *hv = tc_slice(tc_transpose(h3, 0, 2), 1, 1, 3, 1);
+  tc_tensor *dv = tc_slice(tc_transpose(same, 0, 2), 1, 1, 3, 1);
+  assert_same_bits(hv, dv);
+  tc_tensor *back = tc_to(dv, "cpu");
+  assert_true(tc_is_contiguous(back));
+  assert_same_bits(hv, back);
+  double x = 0;
+  tc_tensor *one = tc_slice(tc_reshape(d, TC_SHAPE(24)), 0, 17, 18, 1);
+  assert_int_equal(tc_item(one, &x), 0);
+  assert_true(x == 17.0);
+  tc_release(h);
+  tc_release(h3);
+  tc_release(d);
+  tc_release(same);
+  tc_release(back);
+  tc_scope_end(mark);
+}
+
+static void test_data_on_cuda_is_an_error(void **state)
+{
+  (void)state;
+  tc_tensor *d = on_cuda(tc_ones(TC_F32, TC_SHAPE(4)));
+  assert_null(tc_data(d));
+  assert_string_equal(tc_last_error(), "tc_data: the tensor is on cuda; its "
+                      "data is not host memory (tc_to(t, \"cpu\") gives a CPU "
+                      "copy, tc_copy_to and tc_item copy values back)");
+  tc_release(d);
+}
+
+static void test_allocator_reuses_blocks(void **state)
+{
+  (void)state;
+  assert_int_equal(jcuda_alloc_class(1), 512);
+  assert_int_equal(jcuda_alloc_class(513), 1024);
+  assert_int_equal(jcuda_alloc_class(1 << 20), 1 << 20);
+  assert_int_equal(jcuda_alloc_class((1 << 20) + 1), 2 << 20);
+  assert_int_equal(jcuda_alloc_class((3 << 20) - 5), 4 << 20);
+  jcuda_alloc_release_cache();
+  jcuda_alloc_stats s0, s1, s2;
+  jcuda_alloc_stats_get(&s0);
+  tc_tensor *a = on_cuda(tc_zeros(TC_F32, TC_SHAPE(1000)));
+  jcuda_alloc_stats_get(&s1);
+  assert_int_equal(s1.bytes_in_use - s0.bytes_in_use, 4096);
+  assert_int_equal(s1.driver_allocs - s0.driver_allocs, 1);
+  tc_release(a);
+  jcuda_alloc_stats_get(&s2);
+  assert_int_equal(s2.bytes_in_use, s0.bytes_in_use);
+  assert_int_equal(s2.bytes_reserved, s1.bytes_reserved);   /* cached */
+  tc_tensor *b = on_cuda(tc_zeros(TC_F32, TC_SHAPE(999)));   /* same class */
+  jcuda_alloc_stats_get(&s2);
+  assert_int_equal(s2.cache_hits - s1.cache_hits, 1);
+  assert_int_equal(s2.driver_allocs, s1.driver_allocs);
+  tc_release(b);
+  jcuda_alloc_release_cache();
+  jcuda_alloc_stats_get(&s2);
+  assert_int_equal(s2.bytes_reserved, s2.bytes_in_use);
+}
+
+static void test_default_device(void **state)
+{
+  (void)state;
+  assert_string_equal(tc_default_device(), "cpu");
+  assert_int_equal(tc_set_default_device("cuda"), 0);
+  tc_tensor *z = tc_full(TC_F32, TC_SHAPE(3), 2.5);
+  assert_null(tc_data(z));   /* on the device */
+  double x;
+  tc_tensor *s = tc_slice(z, 0, 1, 2, 1);
+  assert_int_equal(tc_item(s, &x), 0);
+  assert_true(x == 2.5);
+  assert_int_equal(tc_set_default_device("cpu"), 0);
+  assert_int_equal(tc_set_default_device("tpu"), -1);
+  assert_string_equal(tc_last_error(), "tc_set_default_device: unknown "
+                      "device \"tpu\" (expected \"cpu\" or \"cuda\")");
+  tc_release(s);
+  tc_release(z);
+}
+
+static void test_driver_errors_carry_its_string(void **state)
+{
+  (void)state;
+  setenv("TC_FAKE_CUDA_MEM_LIMIT", "1024", 1);
+  jcuda_alloc_release_cache();
+  tc_tensor *h = tc_zeros(TC_F32, TC_SHAPE(1 << 20));
+  assert_null(tc_to(h, "cuda"));
+  assert_string_equal(tc_last_error(), "cuMemAlloc failed: out of memory "
+                      "(CUDA error 2)");
+  unsetenv("TC_FAKE_CUDA_MEM_LIMIT");
+  tc_release(h);
+}
+
+/* -- Eager CUDA ops equal eager CPU ops ------------------------------------------------ */
+
+typedef tc_tensor *(*op1)(tc_tensor *);
+typedef tc_tensor *(*op2)(tc_tensor *, tc_tensor *);
+
+static void check1(op1 f, tc_tensor *h)
+{
+  tc_tensor *d = tc_to(h, "cuda");
+  tc_tensor *want = f(h), *got = f(d);
+  if (!got)
+    fail_msg("%s", tc_last_error());
+  assert_same_bits(want, got);
+  tc_release(d);
+  tc_release(want);
+  tc_release(got);
+}
+
+static void check2(op2 f, tc_tensor *ha, tc_tensor *hb)
+{
+  tc_tensor *da = tc_to(ha, "cuda"), *db = tc_to(hb, "cuda");
+  tc_tensor *want = f(ha, hb), *got = f(da, db);
+  if (!got)
+    fail_msg("%s", tc_last_error());
+  assert_same_bits(want, got);
+  tc_release(da);
+  tc_release(db);
+  tc_release(want);
+  tc_release(got);
+}
+
+static void test_pointwise_equals_cpu(void **state)
+{
+  (void)state;
+  tc_tensor *a = randn(37, 70, 1), *b = randn(1, 70, 2);
+  check2(tc_add, a, b);          /* broadcast */
+  check2(tc_div, a, b);
+  check1(tc_exp, a);
+  check1(tc_gelu, a);
+  tc_tensor *at = tc_transpose(a, 0, 1);   /* strided input */
+  check1(tc_tanh, at);
+  tc_tensor *h = tc_cast(a, TC_F16);
+  check1(tc_sigmoid, h);         /* a storage dtype */
+  tc_tensor *d = tc_to(a, "cuda");
+  tc_tensor *dt = tc_transpose(d, 0, 1);
+  tc_tensor *dc = tc_contiguous(dt);
+  tc_release(dt);
+  assert_same_bits(at, dc);
+  tc_release(dc);
+  tc_release(d);
+  tc_release(h);
+  tc_release(at);
+  tc_release(a);
+  tc_release(b);
+}
+
+static tc_tensor *sum1(tc_tensor *t) { return tc_sum(t, 1, false); }
+static tc_tensor *max0(tc_tensor *t) { return tc_max(t, 0, true); }
+static tc_tensor *mean1(tc_tensor *t) { return tc_mean(t, -1, false); }
+static tc_tensor *softmax1(tc_tensor *t) { return tc_softmax(t, 1); }
+static tc_tensor *logsm0(tc_tensor *t) { return tc_log_softmax(t, 0); }
+
+static void test_reductions_equal_cpu(void **state)
+{
+  (void)state;
+  tc_tensor *a = randn(9, 5000, 3);   /* rows longer than a chunk */
+  check1(sum1, a);
+  check1(max0, a);
+  check1(mean1, a);
+  check1(tc_sum_all, a);
+  tc_release(a);
+}
+
+static tc_tensor *ln(tc_tensor *x, tc_tensor *g)
+{
+  return tc_layer_norm(x, g, g, 1e-5);
+}
+
+static void test_composites_equal_cpu(void **state)
+{
+  (void)state;
+  tc_tensor *a = randn(6, 300, 4), *g = tc_rand(TC_F32, TC_SHAPE(300), 5);
+  check1(softmax1, a);
+  check1(logsm0, a);
+  check2(ln, a, g);
+  tc_release(a);
+  tc_release(g);
+}
+
+/* cuBLAS's order is its own (the fake's too): close to the CPU's, not
+** bitwise (NUMERICS.md) */
+static void assert_close(tc_tensor *want, tc_tensor *got)
+{
+  assert_non_null(got);
+  assert_int_equal(tc_numel(want), tc_numel(got));
+  int64_t n = tc_numel(want);
+  double *x = malloc(sizeof(double) * (size_t)n + 8);
+  double *y = malloc(sizeof(double) * (size_t)n + 8);
+  tc_tensor *wx = tc_cast(want, TC_F64), *gy = tc_cast(got, TC_F64);
+  assert_non_null(gy);
+  assert_int_equal(tc_copy_to(wx, x, sizeof(double) * (size_t)n), 0);
+  assert_int_equal(tc_copy_to(gy, y, sizeof(double) * (size_t)n), 0);
+  for (int64_t i = 0; i < n; i++)
+    assert_true(fabs(x[i] - y[i]) <= 1e-5 * (1 + fabs(x[i])));
+  tc_release(wx);
+  tc_release(gy);
+  free(x);
+  free(y);
+}
+
+static void matmul_case(tc_tensor *a, tc_tensor *b)
+{
+  tc_tensor *da = tc_to(a, "cuda"), *db = tc_to(b, "cuda");
+  tc_tensor *want = tc_matmul(a, b), *got = tc_matmul(da, db);
+  if (!got)
+    fail_msg("%s", tc_last_error());
+  assert_int_equal(tc_ndim(want), tc_ndim(got));
+  for (int d = 0; d < tc_ndim(want); d++)
+    assert_int_equal(tc_size(want, d), tc_size(got, d));
+  assert_close(want, got);
+  tc_release(da);
+  tc_release(db);
+  tc_release(want);
+  tc_release(got);
+}
+
+static void test_matmul_through_cublas(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *a = randn(13, 7, 7), *b = randn(7, 5, 8);
+  matmul_case(a, b);                                    /* 2-D */
+  matmul_case(tc_transpose(b, 0, 1), tc_transpose(a, 0, 1));   /* strided */
+  tc_tensor *a3 = tc_randn(TC_F64, TC_SHAPE(3, 4, 6), 9);
+  tc_tensor *b3 = tc_randn(TC_F64, TC_SHAPE(3, 6, 2), 10);
+  matmul_case(a3, b3);                                  /* batched */
+  matmul_case(a3, tc_randn(TC_F64, TC_SHAPE(6, 2), 11));   /* one B */
+  matmul_case(tc_randn(TC_F64, TC_SHAPE(6), 12), b3);   /* 1-D A */
+  tc_tensor *ha = tc_to(tc_cast(a, TC_F16), "cuda");
+  tc_tensor *hb = tc_to(tc_cast(b, TC_F16), "cuda");
+  assert_null(tc_matmul(ha, hb));
+  assert_string_equal(tc_last_error(), "tc_matmul: matmul of f16 is not "
+                      "available on cuda yet (f32 and f64 are)");
+  tc_scope_end(mark);
+}
+
+/* the same in-place ops on a CPU tensor and its CUDA copy */
+static void test_inplace_equals_cpu(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *h = randn(8, 8, 13), *src = randn(1, 8, 14);
+  tc_tensor *d = tc_to(h, "cuda"), *dsrc = tc_to(src, "cuda");
+  assert_int_equal(tc_add_(h, src), 0);             /* broadcast source */
+  assert_int_equal(tc_add_(d, dsrc), 0);
+  assert_int_equal(tc_mul_scalar_(h, 0.75), 0);
+  assert_int_equal(tc_mul_scalar_(d, 0.75), 0);
+  assert_int_equal(tc_add_(h, tc_transpose(h, 0, 1)), 0);   /* overlaps */
+  assert_int_equal(tc_add_(d, tc_transpose(d, 0, 1)), 0);
+  assert_same_bits(h, d);
+  tc_tensor *hv = tc_slice(h, 1, 2, 6, 2), *dv = tc_slice(d, 1, 2, 6, 2);
+  tc_tensor *hs = tc_rand(TC_F64, TC_SHAPE(8, 2), 15);
+  tc_tensor *ds = tc_to(hs, "cuda");
+  assert_int_equal(tc_copy_(hv, hs), 0);            /* into a view, cast */
+  assert_int_equal(tc_copy_(dv, ds), 0);
+  assert_same_bits(h, d);
+  assert_int_equal(tc_fill_(dv, -2.0), 0);
+  assert_int_equal(tc_fill_(hv, -2.0), 0);
+  assert_same_bits(h, d);
+  assert_int_equal(tc_add_(d, h), -1);
+  assert_string_equal(tc_last_error(), "tc_add_ expects tensors on one "
+                      "device (cpu and cuda)");
+  tc_scope_end(mark);
+}
+
+static void test_mixed_devices_are_an_error(void **state)
+{
+  (void)state;
+  tc_tensor *h = tc_ones(TC_F32, TC_SHAPE(4));
+  tc_tensor *d = tc_to(h, "cuda");
+  assert_null(tc_add(h, d));
+  assert_string_equal(tc_last_error(), "tc_add expects tensors on one device "
+                      "(cpu and cuda)");
+  assert_null(tc_mul(d, h));
+  assert_string_equal(tc_last_error(), "tc_mul expects tensors on one device "
+                      "(cpu and cuda)");
+  tc_release(h);
+  tc_release(d);
+}
+
+static void test_externs_are_not_available_yet(void **state)
+{
+  (void)state;
+  tc_tensor *d = on_cuda(randn(4, 4, 6));
+  assert_null(tc_argmax(d, 1, false));
+  assert_non_null(strstr(tc_last_error(), "not available on cuda yet"));
+  tc_release(d);
+}
+
+/* backward over CUDA tensors gives the CPU's gradients bit for bit (the
+** seed and autograd's zeros are made on the loss's device) */
+static void test_autograd_on_cuda(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *h = randn(4, 33, 16);
+  tc_tensor *d = tc_to(h, "cuda");
+  tc_tensor *grads[2];
+  tc_tensor *xs[2] = { h, d };
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(tc_set_requires_grad(xs[i], true), 0);
+    tc_tensor *y = tc_sum_all(tc_mul(tc_softmax(tc_tanh(xs[i]), 1),
+                                     tc_slice(xs[i], 1, 0, 33, 1)));
+    assert_non_null(y);
+    if (tc_backward(y) != 0)
+      fail_msg("%s", tc_last_error());
+    grads[i] = tc_grad(xs[i]);
+    assert_non_null(grads[i]);
+  }
+  assert_same_bits(grads[0], grads[1]);
+  /* a 0-d CPU tensor is a scalar on any device */
+  tc_tensor *two = tc_full(TC_F32, 0, NULL, 2.0);
+  tc_tensor *hm = tc_mul(h, two), *dm = tc_mul(d, two);
+  if (!dm)
+    fail_msg("%s", tc_last_error());
+  assert_same_bits(hm, dm);
+  /* with "cuda" the default, autograd's own constants follow the loss */
+  assert_int_equal(tc_set_default_device("cuda"), 0);
+  tc_tensor *c = tc_to(randn(3, 5, 17), "cpu");   /* made on the device */
+  assert_int_equal(tc_set_requires_grad(c, true), 0);
+  tc_tensor *y = tc_sum_all(tc_max(tc_mul(c, c), 1, false));
+  int rc = tc_backward(y);
+  assert_int_equal(tc_set_default_device("cpu"), 0);
+  if (rc != 0)
+    fail_msg("%s", tc_last_error());
+  assert_non_null(tc_data(tc_grad(c)));   /* on the CPU */
+  tc_scope_end(mark);
+}
+
+/* -- Without a device ------------------------------------------------------------------ */
+
+static void test_no_device(void **state)
+{
+  (void)state;
+  assert_false(tc_cuda_available());
+  tc_tensor *h = tc_ones(TC_F32, TC_SHAPE(4));
+  assert_null(tc_to(h, "cuda"));
+  const char *e = tc_last_error();
+  assert_non_null(e);
+  assert_true(strncmp(e, "tc_to: CUDA is not available: ", 30) == 0);
+  if (strcmp(mode(), "stub") == 0)
+    assert_non_null(strstr(e, "stub library"));
+  else
+    assert_non_null(strstr(e, "no CUDA driver"));
+  assert_int_equal(tc_set_default_device("cuda"), -1);
+  assert_string_equal(tc_default_device(), "cpu");
+  tc_tensor *c = tc_to(h, "cpu");   /* the CPU is always there */
+  assert_non_null(c);
+  tc_release(c);
+  tc_release(h);
+}
+
+int main(void)
+{
+  if (strcmp(mode(), "fake") != 0) {
+    const struct CMUnitTest none[] = { cmocka_unit_test(test_no_device) };
+    return cmocka_run_group_tests(none, NULL, NULL);
+  }
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_device_available),
+    cmocka_unit_test(test_to_round_trip_every_dtype),
+    cmocka_unit_test(test_to_views_and_item),
+    cmocka_unit_test(test_data_on_cuda_is_an_error),
+    cmocka_unit_test(test_allocator_reuses_blocks),
+    cmocka_unit_test(test_default_device),
+    cmocka_unit_test(test_driver_errors_carry_its_string),
+    cmocka_unit_test(test_pointwise_equals_cpu),
+    cmocka_unit_test(test_reductions_equal_cpu),
+    cmocka_unit_test(test_composites_equal_cpu),
+    cmocka_unit_test(test_matmul_through_cublas),
+    cmocka_unit_test(test_inplace_equals_cpu),
+    cmocka_unit_test(test_autograd_on_cuda),
+    cmocka_unit_test(test_mixed_devices_are_an_error),
+    cmocka_unit_test(test_externs_are_not_available_yet),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
