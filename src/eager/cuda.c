@@ -110,11 +110,15 @@ tc_tensor *eager_cuda_to_host(tc_tensor *t)
   return c;
 }
 
-/* -- Kernels: compiled on first use, kept by source text --------------------- */
+/* -- Kernels: compiled on first use, kept by their code ---------------------
+** Every kernel here is shape-dynamic (sizes and strides are arguments), so
+** kernels with the same code (kir_same_code) are one kernel: a call finds
+** its compiled function by the code's hash, with no rendering on a hit. */
 
 typedef struct cuda_kernel {
   struct cuda_kernel *next;
-  char *src;                 /* owned: the key */
+  uint64_t hash;             /* kir_code_hash(k) */
+  kir_kernel *k;             /* owned: the code it was compiled from */
   jcuda_function fn;
 } cuda_kernel;
 
@@ -137,7 +141,8 @@ static char *nvrtc_cubin(const char *fn, const char *src)
   return image;
 }
 
-static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
+/* Render, compile and load k; NULL with the error set. */
+static jcuda_function compile_kernel(const char *fn, const kir_kernel *k)
 {
   char why[160];
   char *src = jcuda_render(k, why, sizeof why);
@@ -145,27 +150,39 @@ static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
     tc_seterr(TC_E_DEVICE, "%s: cannot render the CUDA kernel: %s", fn, why);
     return NULL;
   }
+  char *image = nvrtc_cubin(fn, src);
+  jcuda_function f = NULL;
+  if (image && jcuda_module_load(image, &f) < 0)
+    f = NULL;
+  free(image);
+  free(src);
+  return f;
+}
+
+static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
+{
+  TC_ASSERT(k->dynamic, "eager CUDA kernels are shape-dynamic");
+  uint64_t h = kir_code_hash(k);
   pthread_mutex_lock(&kernels_lock);
   cuda_kernel *ck = kernels;
-  while (ck && strcmp(ck->src, src) != 0)
+  while (ck && !(ck->hash == h && kir_same_code(ck->k, k)))
     ck = ck->next;
   jcuda_function f = ck ? ck->fn : NULL;
-  if (!ck) {
-    char *image = nvrtc_cubin(fn, src);
-    if (image && jcuda_module_load(image, &f) == 0 &&
-        (ck = malloc(sizeof *ck)) != NULL) {
-      *ck = (cuda_kernel){ kernels, src, f };
+  if (!ck && (f = compile_kernel(fn, k)) != NULL) {
+    ck = malloc(sizeof *ck);
+    kir_kernel *copy = ck ? malloc(sizeof *copy) : NULL;
+    if (copy) {
+      *copy = *k;
+      *ck = (cuda_kernel){ kernels, h, copy, f };
       kernels = ck;
-      src = NULL;   /* the entry owns it */
       eager_count(ST_KERNELS_COMPILED);
-    } else if (image && f) {
+    } else {
+      free(ck);
       tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
       f = NULL;
     }
-    free(image);
   }
   pthread_mutex_unlock(&kernels_lock);
-  free(src);
   return f;
 }
 

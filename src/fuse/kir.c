@@ -221,6 +221,45 @@ bool kir_same_code(const kir_kernel *a, const kir_kernel *b)
   return true;
 }
 
+/* FNV-1a over 64-bit words. */
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+  return (h ^ v) * 0x100000001b3ull;
+}
+
+uint64_t kir_code_hash(const kir_kernel *k)
+{
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = mix(h, (uint64_t)k->kind | (uint64_t)k->dynamic << 8 |
+             (uint64_t)k->inplace << 9 | (uint64_t)k->ndim << 16);
+  h = mix(h, (uint64_t)k->nbufs | (uint64_t)k->nscalars << 16 |
+             (uint64_t)k->ninstrs << 32 | (uint64_t)k->npasses << 48);
+  for (int i = 0; i < k->nbufs; i++) {
+    const kir_buf *b = &k->buf[i];
+    h = mix(h, (uint64_t)b->role | (uint64_t)b->dtype << 8 |
+               (uint64_t)b->gather << 16);
+    h = mix(mix(h, (uint64_t)b->gstride), (uint64_t)b->gsize);
+  }
+  for (int i = 0; i < k->ninstrs; i++) {
+    const kir_instr *x = &k->ins[i];
+    uint64_t bits;
+    memcpy(&bits, &x->cval, sizeof bits);
+    h = mix(h, (uint64_t)x->op | (uint64_t)x->dtype << 8 |
+               (uint64_t)(uint16_t)x->ref << 16 |
+               (uint64_t)(uint32_t)x->arg[0] << 32);
+    h = mix(h, (uint64_t)(uint32_t)x->arg[1] |
+               (uint64_t)(uint32_t)x->arg[2] << 32);
+    h = mix(h, bits);
+  }
+  for (int p = 0; p < k->npasses; p++) {
+    const kir_pass *ps = &k->pass[p];
+    h = mix(h, (uint64_t)ps->kind | (uint64_t)ps->red << 8 |
+               (uint64_t)(uint16_t)ps->out << 16 |
+               (uint64_t)(uint32_t)ps->value << 32);
+  }
+  return h;
+}
+
 int64_t kir_units(const kir_kernel *k)
 {
   int64_t n = 1;

@@ -205,6 +205,9 @@ void kir_collapse(kir_kernel *k, bool merge);
 /* Do a and b compute the same thing, sizes and strides aside (what a
 ** shape-dynamic kernel takes as arguments)? */
 bool kir_same_code(const kir_kernel *a, const kir_kernel *b);
+/* A hash of what kir_same_code compares (equal code, equal hash): a
+** table's bucket; confirm a hit with kir_same_code. */
+uint64_t kir_code_hash(const kir_kernel *k);
 
 /* Number of parallel units: points (MAP) or rows (ROWS). */
 int64_t kir_units(const kir_kernel *k);

@@ -265,6 +265,36 @@ static tc_tensor *mean1(tc_tensor *t) { return tc_mean(t, -1, false); }
 static tc_tensor *softmax1(tc_tensor *t) { return tc_softmax(t, 1); }
 static tc_tensor *logsm0(tc_tensor *t) { return tc_log_softmax(t, 0); }
 
+/* one op is one kernel per rank and broadcast pattern (what its collapsed
+** loops look like): compiled on its first call, then found again for every
+** size (shape-dynamic), and the values stay the CPU's */
+static void test_kernels_compile_once(void **state)
+{
+  (void)state;
+  static const int64_t shapes[][2] = { { 3, 5 }, { 7, 129 }, { 40, 2 },
+                                       { 2, 3 } };
+  tc_stats before, after;
+  for (int i = 0; i < 4; i++) {
+    tc_tensor *a = randn(shapes[i][0], shapes[i][1], 90 + (uint64_t)i);
+    tc_tensor *b = randn(1, shapes[i][1], 95 + (uint64_t)i);
+    tc_tensor *da = tc_to(a, "cuda"), *db = tc_to(b, "cuda");
+    tc_stats_get(&before);
+    tc_tensor *dd = tc_sub(da, db), *dy = tc_mul(dd, da);
+    tc_stats_get(&after);
+    /* the first shape compiles SUB and MUL (unless an earlier test did);
+    ** the others compile nothing */
+    uint64_t compiled = after.kernels_compiled - before.kernels_compiled;
+    if (i == 0)
+      assert_true(compiled <= 2);
+    else
+      assert_int_equal(compiled, 0);
+    tc_tensor *d = tc_sub(a, b), *y = tc_mul(d, a);
+    assert_same_bits(dy, y);
+    tc_release(a); tc_release(b); tc_release(da); tc_release(db);
+    tc_release(dd); tc_release(dy); tc_release(d); tc_release(y);
+  }
+}
+
 static void test_reductions_equal_cpu(void **state)
 {
   (void)state;
@@ -480,6 +510,7 @@ int main(void)
     cmocka_unit_test(test_default_device),
     cmocka_unit_test(test_driver_errors_carry_its_string),
     cmocka_unit_test(test_pointwise_equals_cpu),
+    cmocka_unit_test(test_kernels_compile_once),
     cmocka_unit_test(test_reductions_equal_cpu),
     cmocka_unit_test(test_composites_equal_cpu),
     cmocka_unit_test(test_matmul_through_cublas),
