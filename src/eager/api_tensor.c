@@ -213,8 +213,8 @@ tc_tensor *tc_from_data(tc_dtype dt, int ndim, const int64_t *shape,
     return NULL;
   }
   tc_tensor *t = create(fn, dt, ndim, shape);
-  if (t && n > 0)
-    eager_convert(dt, tensor_ptr(t), 1, dt, data, 1, n);
+  if (t && n > 0)   /* the bytes as they are (f16 NaN payloads too) */
+    memcpy(tensor_ptr(t), data, want);
   if (t && dt == TC_BOOL) {   /* normalize bytes to 0/1 */
     uint8_t *b = tensor_ptr(t);
     for (int64_t i = 0; i < n; i++)

@@ -168,6 +168,12 @@ static void test_to_f32_exhaustive(void **state)
     tc_dtype dt = k ? TC_BF16 : TC_F16;
     tc_tensor *t = TU_NN(tc_from_data(dt, TC_SHAPE(65536), all,
                                       65536 * sizeof *all));
+    /* the data is copied as it is, NaN payloads too (torch.frombuffer) */
+    uint16_t *back = malloc(65536 * sizeof *back);
+    assert_non_null(back);
+    assert_int_equal(tc_copy_to(t, back, 65536 * sizeof *back), 0);
+    assert_memory_equal(back, all, 65536 * sizeof *all);
+    free(back);
     float *v = as_floats(t);
     for (uint32_t h = 0; h < 65536; h++) {
       double want = k ? bf16_ref_value((uint16_t)h)
