@@ -4,16 +4,18 @@
 # build folder made on a like machine, or build here if meson, ninja and
 # tc's Debian dependencies are present). It must finish in under 8 minutes.
 #
-# What it does today (issue 13, parts 1-2: the renderer and NVRTC; device
-# tensors and a launcher are not built yet, so there is nothing to time on
-# the device):
+# What it does:
 #   1. the machine: GPU, driver, compute capability, nvcc, NVRTC
-#   2. tc's probe: tc_cuda_available() must be true here, and tc_to(t,
-#      "cuda") must fail only for want of device tensors
-#   3. NVRTC + ptxas on every kernel the fusion tests and a sample of random
+#   2. tc's probe: tc_cuda_available() must be true, tc_to(t, "cuda") work
+#   3. device tensors and eager CUDA ops on the real device (the test that
+#      CI runs through the fake driver: values bitwise equal to the CPU's)
+#   4. tc-gpu-bench: W1, W2, W3, W7 on the device against tc's own device
+#      copy, launch overhead per eager op, NVRTC compile time per kernel;
+#      then the same in PyTorch eager and torch.compile (bench/gpu-peers.py)
+#   5. NVRTC + ptxas on every kernel the fusion tests and a sample of random
 #      programs generate, for sm_90, with the kernels' CUDA C also run on the
 #      host against eager (tests/jit_cuda)
-#   4. the whole test suite, and tc-bench's CPU workloads for reference
+#   6. the whole test suite, time allowing
 # Output: a log folder (GPU_CHECK_OUT, default /tmp/tc-gpu-check.XXXXXX)
 # with one file per step and summary.txt.
 set -uo pipefail
@@ -61,8 +63,23 @@ else
   note "probe FAILED (a GPU machine must report a device): $(tr '\n' ';' < "$out/probe.txt")"
 fi
 
-# 3. NVRTC + ptxas on the suite's kernels, and host execution against eager
+# 3. Device tensors and eager CUDA ops on this device
 export TC_ASYNC=0 TC_CACHE=0
+(cd "$build" && TC_TEST_CUDA_DEVICE=real timeout 120 \
+   ./tests/test_cuda_device) > "$out/cuda-device.txt" 2>&1
+note "device tests: $(grep -E 'PASSED|FAILED' "$out/cuda-device.txt" | tr '\n' ' ')"
+
+# 4. The device benchmark, tc then torch
+timeout 150 "$build/bench/tc-gpu-bench" > "$out/gpu-bench.txt" 2>&1
+note "$(cat "$out/gpu-bench.txt")"
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  timeout 150 python3 "$root/bench/gpu-peers.py" > "$out/gpu-peers.txt" 2>&1
+  note "$(cat "$out/gpu-peers.txt")"
+else
+  note "torch with CUDA not importable: no peer figures"
+fi
+
+# 5. NVRTC + ptxas on the suite's kernels, and host execution against eager
 (cd "$build" && TC_TEST_CUDA=host:4,nvrtc timeout "$(left)" \
    ./tests/test_fusion_cuda) > "$out/fusion-cuda.txt" 2>&1
 note "fusion kernels: $(grep '^hostexec: .* failures' "$out/fusion-cuda.txt" || echo 'did not finish')"
@@ -72,7 +89,7 @@ note "fusion kernels: $(grep '^hostexec: .* failures' "$out/fusion-cuda.txt" || 
 note "random programs: $(grep '^random programs' "$out/random-cuda.txt" | cut -c1-120 || echo 'did not finish')"
 note "random kernels: $(grep '^hostexec: .* failures' "$out/random-cuda.txt" || echo 'did not finish')"
 
-# 4. The suite (module and API tests), then the CPU workloads for reference
+# 6. The suite (module and API tests), then the CPU workloads for reference
 (cd "$build" && timeout "$(left)" meson test --no-rebuild --print-errorlogs \
    --suite module --suite api --suite api-cuda) > "$out/suite.txt" 2>&1
 note "suite: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$out/suite.txt" | tr '\n' ' ')"
@@ -80,6 +97,4 @@ if [ "$(left)" -gt 60 ] && [ -x "$build/bench/tc-bench" ]; then
   timeout "$(left)" "$build/bench/tc-bench" > "$out/bench.txt" 2>&1
   note "tc-bench (CPU): see bench.txt"
 fi
-note "device benchmarks (W1, W2, W3, W7 on the GPU, launch overhead, torch):"
-note "  not yet: tc has no device tensors or launcher (issue 13 part 3)"
 note "done in $(( $(date +%s) - start )) s"

@@ -168,6 +168,10 @@ TC_API int tc_item(tc_tensor *t, double *out);
 ** array; tc_contiguous copies them). */
 TC_API void *tc_data(tc_tensor *t);
 TC_API int tc_realize(tc_tensor *t);
+/* Completes every pending in-place write and, when the program has used a
+** CUDA device, waits for the work queued there (CUDA ops are launched on
+** one stream and return before it finishes, like PyTorch's; reading
+** values back waits by itself). */
 TC_API int tc_sync(void);
 
 /* -- Metadata -------------------------------------------------------------- */

@@ -373,7 +373,9 @@ int tc_realize(tc_tensor *t)
 int tc_sync(void)
 {
   eager_init();
-  return tensor_hooks.sync ? tensor_hooks.sync() : 0;
+  if (tensor_hooks.sync && tensor_hooks.sync() < 0)
+    return -1;
+  return eager_cuda_sync();
 }
 
 /* -- Views --------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 ** implementation yet and fail with a clear error.
 */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +21,19 @@
 
 /* -- Device memory, for tensor ----------------------------------------------- */
 
+/* Has this process put anything on the device? (tc_sync waits for the
+** device only then, so CPU programs never load the driver.) */
+static atomic_bool device_used;
+
+int eager_cuda_sync(void)
+{
+  return atomic_load_explicit(&device_used, memory_order_acquire)
+         ? jcuda_sync() : 0;
+}
+
 static int dev_alloc(void **p, size_t nbytes)
 {
+  atomic_store_explicit(&device_used, true, memory_order_release);
   jcuda_ptr d = 0;
   int rc = jcuda_alloc(&d, nbytes);
   *p = (void *)(uintptr_t)d;

@@ -103,6 +103,8 @@ void eager_register_cuda(void);
 ** (t on CUDA: a new contiguous CPU tensor); NULL with the error set. */
 tc_tensor *eager_cuda_from_host(const char *fn, tc_tensor *t);
 tc_tensor *eager_cuda_to_host(tc_tensor *t);
+/* Wait for the work queued on the device (none used: returns at once). */
+int eager_cuda_sync(void);
 
 /* The random stream of tc_rand (and of every seeded op): splitmix64 of
 ** (seed, index), counter-based, so any element can be made independently
