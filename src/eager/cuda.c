@@ -198,28 +198,6 @@ static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
   return f;
 }
 
-/* A grid-stride launch: enough blocks to fill the device a few times over,
-** never more than there is work for. MAP: threads are points; ROWS: blocks
-** are rows, a power-of-two block (16 to 256) sized to the row. Results do
-** not depend on either (render.c). */
-static void launch_shape(const kir_kernel *k, int64_t units, unsigned *grid,
-                         unsigned *block)
-{
-  int64_t want_blocks = units;
-  if (k->kind == KIR_MAP) {
-    *block = 256;
-    want_blocks = (units + 255) / 256;
-  } else {
-    unsigned b = 16;
-    while (b < 256 && (int64_t)b < k->row_len)
-      b *= 2;
-    *block = b;
-  }
-  int64_t cap = (int64_t)jcuda_sm_count() * 4;
-  *grid = (unsigned)(want_blocks < 1 ? 1 : want_blocks < cap ? want_blocks
-                                                             : cap);
-}
-
 /* -- Running one op's plan -------------------------------------------------------- */
 
 typedef struct {
@@ -287,9 +265,7 @@ static int run_kernel_step(op_run *r, const fuse_step *st)
     if (dims)
       kir_dyn_fill(k, dims);
     jcuda_params_pack(k, params, bufs, scal, dims, 0, units);
-    unsigned grid, block;
-    launch_shape(k, units, &grid, &block);
-    rc = jcuda_launch(f, grid, block, params);
+    rc = jcuda_launch_kernel(f, k, params);   /* split reductions too */
     eager_count(ST_KERNELS_LAUNCHED);
   }
   free(dims);

@@ -126,6 +126,58 @@ void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
                        const double *scalars, const int64_t *dims,
                        int64_t lo, int64_t hi);
 
+/* -- Split reductions ---------------------------------------------------------
+** A ROWS kernel whose rows are few and long (sum_all: one row that is the
+** whole tensor) would run on a few blocks of the device. When its first
+** pass is its only REDUCE and every later pass is a STORE_ROW (one value
+** per row: sum, mean, max, min, sum_all, with any pointwise prologue and
+** epilogue), its rendered text also holds two split phases, and the launch
+** entry picks one by the params' phase word (jcuda_params_split):
+**   1  JCUDA_SPLIT_PARTIALS: blocks take rounds of blockDim/16 chunks of
+**      any row (grid-stride over rows x rounds) and write each chunk's
+**      partial (TENSOR_RED_LANES lanes combined by halving) to scratch,
+**      rows x nch values of the reduction's dtype, 8 bytes apart at most;
+**   2  JCUDA_SPLIT_COMBINE: a block per row combines the row's nch
+**      partials pairwise by levels (the canonical tree) and runs the
+**      STORE_ROW passes.
+** Both compute tensor.h's canonical order, so results equal the
+** block-per-row form and eager bit for bit, whatever the grids and blocks.
+** Kernels with later passes that need the row value at every position
+** (softmax, layer_norm) are not split: they run a block per row. */
+#define JCUDA_SPLIT_PARTIALS "tck_split_partials"
+#define JCUDA_SPLIT_COMBINE "tck_split_combine"
+/* Does k's text hold the split phases (its structure, not its sizes)? */
+bool jcuda_splittable(const kir_kernel *k);
+/* Bytes of scratch a split launch of rows [lo, hi) of k needs. */
+size_t jcuda_split_scratch(const kir_kernel *k, int64_t rows);
+/* Set the scratch address and phase (0: the block-per-row form, 1, 2)
+** of params packed for a splittable k (zero after jcuda_params_pack). */
+void jcuda_params_split(const kir_kernel *k, void *params, jcuda_ptr scratch,
+                        int phase);
+
+/* How k's units [0, kir_units(k)) are launched on a device of sm_count
+** multiprocessors (launch.c). MAP: 256 threads, a block per 256 points up to
+** 4 per multiprocessor. ROWS: a block per row (16 to 256 threads sized to
+** the row), unless k is splittable, its row spans at least 2 chunks and it
+** has fewer than 2 rows per multiprocessor: then split (phase 1 with 256
+** threads, fewer down to 32 until there are 2 rounds per multiprocessor,
+** up to 8 blocks per multiprocessor; phase 2 a block per row of 32 to 1024
+** threads sized to the chunk count). */
+typedef struct {
+  unsigned grid, block;       /* the launch, or phase 1 */
+  bool split;
+  unsigned grid2, block2;     /* phase 2 */
+  size_t scratch;             /* bytes, when split */
+} jcuda_launch_cfg;
+void jcuda_launch_config(const kir_kernel *k, int sm_count,
+                         jcuda_launch_cfg *lc);
+/* Launch fn (k's compiled text) over params packed for [0, kir_units(k))
+** as jcuda_launch_config says: one launch, or phase 1 and phase 2 with
+** scratch from the caching allocator (returned at once: the stream orders
+** its next user after both phases). 0, or -1 with the error set. */
+int jcuda_launch_kernel(jcuda_function fn, const kir_kernel *k,
+                        void *params);
+
 /* Render k as a self-contained CUDA C translation unit (approx.h included
 ** in the text). Returns a malloc'd string, or NULL with a one-line reason
 ** when k uses something the renderer does not emit (an integer DIV, a
@@ -156,7 +208,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** NVRTC version, options and arch, and the renderer's version
 ** ("cuda nvrtc 13.0 sm_90 render 1 -fmad=false ..."). Into buf; returns
 ** buf. */
-#define JCUDA_RENDER_VERSION 3
+#define JCUDA_RENDER_VERSION 4
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif

@@ -499,8 +499,12 @@ static void emit_map(rd *r)
   fputs("  }\n", f);
 }
 
-/* One REDUCE pass: rv<p> = the row's fold in the canonical order. */
-static void emit_reduce(rd *r, int p)
+/* The chunk partials of one round: chunks cb .. cb + cpb - 1 of the row,
+** thread t folding lane t % LANES of chunk cb + t / LANES (positions l,
+** l + LANES, ... in order, from the identity), the lanes combined by
+** halving in shared memory `sm`. Afterwards sm[LANES * j] holds chunk
+** cb + j's partial (for cb + j < nch), and c, l are this thread's. */
+static void emit_chunk_partials(rd *r, int p)
 {
   const kir_pass *ps = &r->k->pass[p];
   FILE *f = r->f;
@@ -508,11 +512,6 @@ static void emit_reduce(rd *r, int p)
   const char *T = ctype[dt];
   char id[64];
   identity(r, id, sizeof id, ps->red, dt);
-  fprintf(f, "    %s rv%d;\n    {\n", T, p);
-  fprintf(f, "      %s *const sm = (%s *)tck_smem;\n", T, T);
-  fprintf(f, "      %s stk[64];\n      int sp = 0;\n", T);
-  fprintf(f, "      for (int64_t cb = 0, rnd = 0; cb < nch; cb += cpb, "
-          "rnd++) {\n");
   fprintf(f, "        const int64_t c = cb + tid / %d, l = tid %% %d;\n",
           LANES, LANES);
   fprintf(f, "        %s acc = %s;\n", T, id);
@@ -536,6 +535,23 @@ static void emit_reduce(rd *r, int p)
           "          if (l < w) sm[tid] = ", LANES / 2);
   combine(r, ps->red, dt, "sm[tid]", "sm[tid + w]");
   fputs(";\n          TCK_SYNC();\n        }\n", f);
+}
+
+/* One REDUCE pass: rv<p> = the row's fold in the canonical order. */
+static void emit_reduce(rd *r, int p)
+{
+  const kir_pass *ps = &r->k->pass[p];
+  FILE *f = r->f;
+  int dt = r->k->ins[ps->value].dtype;
+  const char *T = ctype[dt];
+  char id[64];
+  identity(r, id, sizeof id, ps->red, dt);
+  fprintf(f, "    %s rv%d;\n    {\n", T, p);
+  fprintf(f, "      %s *const sm = (%s *)tck_smem;\n", T, T);
+  fprintf(f, "      %s stk[64];\n      int sp = 0;\n", T);
+  fprintf(f, "      for (int64_t cb = 0, rnd = 0; cb < nch; cb += cpb, "
+          "rnd++) {\n");
+  emit_chunk_partials(r, p);
   /* the round's chunk partials (slots 16 c) pairwise by levels */
   fprintf(f, "        int64_t m = nch - cb < cpb ? nch - cb : cpb;\n"
           "        while (m > 1) {\n"
@@ -568,15 +584,30 @@ static void emit_reduce(rd *r, int p)
   fprintf(f, "      rv%d = sm[0];\n      TCK_SYNC();\n    }\n", p);
 }
 
+/* A STORE_ROW pass: thread 0 writes the row's value. */
+static void emit_store_row(rd *r, int p)
+{
+  r->where = "row";
+  fputs("    if (tid == 0) {\n", r->f);
+  emit_values(r, &r->k->pass[p].value, 1, "      ");
+  emit_store(r, r->k->pass[p].out, r->k->pass[p].value, "      ");
+  fputs("    }\n    TCK_SYNC();\n", r->f);
+}
+
+/* The block's index variables and the row's chunk count. */
+static void emit_row_setup(rd *r)
+{
+  fprintf(r->f, "  const int64_t tid = threadIdx.x, nthr = blockDim.x;\n"
+          "  const int64_t nch = rowlen > 0 ? (rowlen + %d) / %d : 1;\n"
+          "  const int64_t cpb = nthr / %d;\n"
+          "  (void)nch; (void)cpb;\n", CHUNK - 1, CHUNK, LANES);
+}
+
 static void emit_rows(rd *r)
 {
   const kir_kernel *k = r->k;
   FILE *f = r->f;
-  fprintf(f, "  TCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
-  fprintf(f, "  const int64_t tid = threadIdx.x, nthr = blockDim.x;\n"
-          "  const int64_t nch = rowlen > 0 ? (rowlen + %d) / %d : 1;\n"
-          "  const int64_t cpb = nthr / %d;\n"
-          "  (void)nch; (void)cpb;\n", CHUNK - 1, CHUNK, LANES);
+  emit_row_setup(r);
   fputs("  for (int64_t row = lo + blockIdx.x; row < hi; row += gridDim.x) {\n",
         f);
   emit_offsets(r, "row", "rb");
@@ -586,11 +617,7 @@ static void emit_rows(rd *r)
       emit_reduce(r, p);
       p++;
     } else if (ps->kind == KIR_PASS_STORE_ROW) {
-      r->where = "row";
-      fputs("    if (tid == 0) {\n", f);
-      emit_values(r, &ps->value, 1, "      ");
-      emit_store(r, ps->out, ps->value, "      ");
-      fputs("    }\n    TCK_SYNC();\n", f);
+      emit_store_row(r, p);
       p++;
     } else {   /* consecutive STORE passes share one loop */
       int q = p, vals[KIR_MAX_PASSES], n = 0;
@@ -608,6 +635,106 @@ static void emit_rows(rd *r)
   fputs("  }\n", f);
 }
 
+/* -- Split reductions ------------------------------------------------------ */
+
+bool jcuda_splittable(const kir_kernel *k)
+{
+  if (k->kind != KIR_ROWS || k->npasses < 1 ||
+      k->pass[0].kind != KIR_PASS_REDUCE)
+    return false;
+  for (int p = 1; p < k->npasses; p++)
+    if (k->pass[p].kind != KIR_PASS_STORE_ROW)
+      return false;
+  return true;
+}
+
+static void emit_split_head(rd *r, const char *name)
+{
+  fprintf(r->f, "\nTCK_KERNEL %s(char *const *bufs, const double *scalars, "
+          "const int64_t *dims, char *scratch, int64_t lo, int64_t hi)\n{\n",
+          name);
+  emit_setup(r);
+  emit_row_setup(r);
+}
+
+/* Phase 1: blocks take rounds of cpb chunks (any row, any round: units
+** row * nrnd + round, grid-stride) and write each chunk's partial to
+** scratch[(row - lo) * nch + chunk]. No value depends on the block size:
+** a chunk's partial is fixed by the chunk and lane structure alone. */
+static void emit_split_partials(rd *r)
+{
+  FILE *f = r->f;
+  const kir_pass *ps = &r->k->pass[0];
+  const char *T = ctype[r->k->ins[ps->value].dtype];
+  emit_split_head(r, JCUDA_SPLIT_PARTIALS);
+  fputs("  const int64_t nrnd = (nch + cpb - 1) / cpb;\n"
+        "  for (int64_t u = lo * nrnd + blockIdx.x; u < hi * nrnd; "
+        "u += gridDim.x) {\n"
+        "    const int64_t row = u / nrnd, cb = u % nrnd * cpb;\n", f);
+  emit_offsets(r, "row", "rb");
+  fprintf(f, "    {\n      %s *const sm = (%s *)tck_smem;\n", T, T);
+  emit_chunk_partials(r, 0);
+  fprintf(f, "        if (l == 0 && c < nch) ((%s *)scratch)[(row - lo) * "
+          "nch + c] = sm[tid];\n        TCK_SYNC();\n    }\n  }\n}\n", T);
+}
+
+/* Phase 2: a block per row combines the row's nch chunk partials in the
+** canonical pairwise order: thread t takes the aligned segment [t seg,
+** (t + 1) seg) (seg the least power of two with seg * blockDim >= nch) and
+** combines it pairwise by levels in place, which is the canonical tree's
+** node for that segment; the segment nodes are then combined pairwise by
+** levels in shared memory (the tree's upper levels). Then the STORE_ROW
+** passes. */
+static void emit_split_combine(rd *r)
+{
+  FILE *f = r->f;
+  const kir_pass *ps = &r->k->pass[0];
+  int dt = r->k->ins[ps->value].dtype;
+  const char *T = ctype[dt];
+  char id[64];
+  identity(r, id, sizeof id, ps->red, dt);
+  emit_split_head(r, JCUDA_SPLIT_COMBINE);
+  fputs("  int64_t seg = 1;\n  while (seg * nthr < nch) seg *= 2;\n"
+        "  for (int64_t row = lo + blockIdx.x; row < hi; row += gridDim.x) {\n",
+        f);
+  emit_offsets(r, "row", "rb");
+  fprintf(f, "    %s rv0;\n    {\n"
+          "      %s *const sm = (%s *)tck_smem;\n"
+          "      int64_t m = nch - tid * seg < seg ? nch - tid * seg : seg;\n"
+          "      %s x = %s;\n"
+          "      if (m > 0) {\n"
+          "        %s *const q = (%s *)scratch + (row - lo) * nch + tid * seg;\n"
+          "        while (m > 1) {\n"
+          "          const int64_t h = m / 2;\n"
+          "          for (int64_t i = 0; i < h; i++) q[i] = ", T, T, T, T, id,
+          T, T);
+  combine(r, ps->red, dt, "q[2 * i]", "q[2 * i + 1]");
+  fprintf(f, ";\n"
+          "          if (m & 1) q[h] = q[m - 1];\n"
+          "          m = h + (m & 1);\n"
+          "        }\n"
+          "        x = q[0];\n"
+          "      }\n"
+          "      sm[tid] = x;\n      TCK_SYNC();\n"
+          "      int64_t mm = (nch + seg - 1) / seg;\n"
+          "      while (mm > 1) {\n"
+          "        const int64_t half = mm / 2, odd = mm & 1;\n"
+          "        %s y = %s;\n"
+          "        if (tid < half) y = ", T, id);
+  combine(r, ps->red, dt, "sm[2 * tid]", "sm[2 * tid + 1]");
+  fputs(";\n"
+        "        else if (tid == half && odd) y = sm[mm - 1];\n"
+        "        TCK_SYNC();\n"
+        "        if (tid < half || (tid == half && odd)) sm[tid] = y;\n"
+        "        TCK_SYNC();\n"
+        "        mm = half + odd;\n"
+        "      }\n"
+        "      rv0 = sm[0];\n      TCK_SYNC();\n    }\n", f);
+  for (int p = 1; p < r->k->npasses; p++)
+    emit_store_row(r, p);
+  fputs("  }\n}\n", f);
+}
+
 /* -- The launch entry ------------------------------------------------------ */
 
 void jcuda_params_counts(const kir_kernel *k, int *nbufs, int *nscalars,
@@ -623,7 +750,7 @@ size_t jcuda_params_size(const kir_kernel *k)
 {
   int nb, ns, nd;
   jcuda_params_counts(k, &nb, &ns, &nd);
-  return (size_t)(nb + ns + nd + 2) * 8;
+  return (size_t)(nb + ns + nd + 2 + (jcuda_splittable(k) ? 2 : 0)) * 8;
 }
 
 void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
@@ -646,6 +773,17 @@ void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
   memcpy(w + 8, &hi, 8);
 }
 
+void jcuda_params_split(const kir_kernel *k, void *out, jcuda_ptr scratch,
+                        int phase)
+{
+  int nb, ns, nd;
+  jcuda_params_counts(k, &nb, &ns, &nd);
+  char *w = (char *)out + (size_t)(nb + ns + nd + 2) * 8;
+  int64_t ph = phase;
+  memcpy(w, &scratch, 8);
+  memcpy(w + 8, &ph, 8);
+}
+
 /* tck_params (the launch's one parameter, passed by value: a device launch
 ** cannot take host pointers to arrays) and tck_entry, which unpacks it. A
 ** host build gets a trampoline taking a pointer to the same struct, so a
@@ -654,18 +792,32 @@ void jcuda_params_pack(const kir_kernel *k, void *out, char *const *bufs,
 static void emit_entry(FILE *f, const kir_kernel *k)
 {
   int nb, ns, nd;
+  bool split = jcuda_splittable(k);
   jcuda_params_counts(k, &nb, &ns, &nd);
   fprintf(f, "\ntypedef struct {\n  char *bufs[%d];\n  double scalars[%d];\n"
-          "  int64_t dims[%d];\n  int64_t lo, hi;\n} tck_params;\n", nb, ns,
-          nd);
-  fputs("#if defined(__CUDACC_RTC__)\n"
-        "extern \"C\" __global__ void " JCUDA_LAUNCH_ENTRY
-        "(const __grid_constant__ tck_params p)\n"
-        "{\n  tck_main(p.bufs, p.scalars, p.dims, p.lo, p.hi);\n}\n"
-        "#else\n"
-        "void " JCUDA_LAUNCH_ENTRY "(const tck_params *p)\n"
-        "{\n  tck_main(p->bufs, p->scalars, p->dims, p->lo, p->hi);\n}\n"
-        "#endif\n", f);
+          "  int64_t dims[%d];\n  int64_t lo, hi;\n%s} tck_params;\n", nb, ns,
+          nd, split ? "  char *scratch;\n  int64_t phase;\n" : "");
+  /* a split kernel's entry runs phase 1, 2 or (0) the block-per-row form */
+  static const char *const call[2][2] = {
+    { "  tck_main(p.bufs, p.scalars, p.dims, p.lo, p.hi);\n",
+      "  tck_main(p->bufs, p->scalars, p->dims, p->lo, p->hi);\n" },
+    { "  if (p.phase == 1)\n    " JCUDA_SPLIT_PARTIALS
+      "(p.bufs, p.scalars, p.dims, p.scratch, p.lo, p.hi);\n"
+      "  else if (p.phase == 2)\n    " JCUDA_SPLIT_COMBINE
+      "(p.bufs, p.scalars, p.dims, p.scratch, p.lo, p.hi);\n"
+      "  else\n    tck_main(p.bufs, p.scalars, p.dims, p.lo, p.hi);\n",
+      "  if (p->phase == 1)\n    " JCUDA_SPLIT_PARTIALS
+      "(p->bufs, p->scalars, p->dims, p->scratch, p->lo, p->hi);\n"
+      "  else if (p->phase == 2)\n    " JCUDA_SPLIT_COMBINE
+      "(p->bufs, p->scalars, p->dims, p->scratch, p->lo, p->hi);\n"
+      "  else\n    tck_main(p->bufs, p->scalars, p->dims, p->lo, p->hi);\n" },
+  };
+  fprintf(f, "#if defined(__CUDACC_RTC__)\n"
+          "extern \"C\" __global__ void " JCUDA_LAUNCH_ENTRY
+          "(const __grid_constant__ tck_params p)\n{\n%s}\n"
+          "#else\n"
+          "void " JCUDA_LAUNCH_ENTRY "(const tck_params *p)\n{\n%s}\n"
+          "#endif\n", call[split][0], call[split][1]);
 }
 
 char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
@@ -687,6 +839,8 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   fprintf(f, "#define APPROX_FMA %d\n", APPROX_FMA);
   fputs(jcuda_approx_text, f);
   fputs(jcuda_half_text, f);
+  if (k->kind == KIR_ROWS)   /* one block's scratch, shared by every phase */
+    fprintf(f, "\nTCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
   fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
         "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);
   emit_setup(&r);
@@ -695,6 +849,10 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   else
     emit_rows(&r);
   fputs("}\n", f);
+  if (jcuda_splittable(k)) {
+    emit_split_partials(&r);
+    emit_split_combine(&r);
+  }
   emit_entry(f, k);
   if (fclose(f) != 0 || r.bad) {
     if (reason)

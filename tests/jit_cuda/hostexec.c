@@ -24,12 +24,17 @@
 typedef void (*hx_entry)(char *const *bufs, const double *scalars,
                          const int64_t *dims, int64_t lo, int64_t hi);
 
+typedef void (*hx_split_fn)(char *const *bufs, const double *scalars,
+                            const int64_t *dims, char *scratch, int64_t lo,
+                            int64_t hi);
+
 typedef struct hx_kernel {
   struct hx_kernel *next;
   uint64_t hash;
   char *src;
   hr_module *mod;            /* compiled by hostrun.c, on first run */
   hx_entry entry;
+  hx_split_fn partials, combine;   /* split reductions' phases, or NULL */
   bool nvrtc_done;
   unsigned long launches;    /* host runs of this kernel (the hook's cap) */
 } hx_kernel;
@@ -94,6 +99,8 @@ static int compile_kernel(hx_kernel *kx, char *why, size_t wlen)
     snprintf(why, wlen, "the object lacks %s", JCUDA_ENTRY);
     return -1;
   }
+  kx->partials = (hx_split_fn)hr_symbol(kx->mod, JCUDA_SPLIT_PARTIALS);
+  kx->combine = (hx_split_fn)hr_symbol(kx->mod, JCUDA_SPLIT_COMBINE);
   return 0;
 }
 
@@ -143,6 +150,53 @@ static void call_main(void *ctx)
   a->entry(a->bufs, a->scalars, a->dims, a->lo, a->hi);
 }
 
+typedef struct {
+  hx_split_fn fn;
+  char *const *bufs;
+  const double *scalars;
+  const int64_t *dims;
+  char *scratch;
+  int64_t lo, hi;
+} split_args;
+
+static void call_split(void *ctx)
+{
+  const split_args *a = ctx;
+  a->fn(a->bufs, a->scalars, a->dims, a->scratch, a->lo, a->hi);
+}
+
+/* The two phases of a split reduction, through a scratch buffer poisoned
+** first (a partial never written would show). */
+static int run_split(hx_kernel *kx, const kir_kernel *k, char *const *bufs,
+                     const double *scalars, const int64_t *dims, int64_t lo,
+                     int64_t hi, hx_config cfg, char *why, size_t wlen)
+{
+  if (!kx->partials || !kx->combine || !jcuda_splittable(k)) {
+    snprintf(why, wlen, "a split launch of a kernel without split phases");
+    return -1;
+  }
+  if (cfg.block2 < 1 || cfg.block2 > JCUDA_MAX_THREADS || cfg.grid2 < 1) {
+    snprintf(why, wlen, "bad launch configuration (phase 2)");
+    return -1;
+  }
+  size_t n = jcuda_split_scratch(k, hi - lo);
+  char *scratch = malloc(n);
+  if (!scratch) {
+    snprintf(why, wlen, "out of memory");
+    return -1;
+  }
+  memset(scratch, 0xa5, n);
+  split_args a = { kx->partials, bufs, scalars, dims, scratch, lo, hi };
+  int rc = hr_launch(kx->mod, cfg.grid, cfg.block, call_split, &a, why, wlen);
+  if (rc == 0) {
+    a.fn = kx->combine;
+    rc = hr_launch(kx->mod, cfg.grid2, cfg.block2, call_split, &a, why,
+                   wlen);
+  }
+  free(scratch);
+  return rc;
+}
+
 int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
            const int64_t *dims, int64_t lo, int64_t hi, hx_config cfg,
            char *why, size_t wlen)
@@ -156,6 +210,8 @@ int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
   pthread_mutex_unlock(&lock);
   if (!kx)
     return -1;
+  if (cfg.split)
+    return run_split(kx, k, bufs, scalars, dims, lo, hi, cfg, why, wlen);
   main_args a = { kx->entry, bufs, scalars, dims, lo, hi };
   return hr_launch(kx->mod, cfg.grid, cfg.block, call_main, &a, why, wlen);
 }
@@ -262,12 +318,24 @@ static void report_failure(const kir_kernel *k, const char *what,
 }
 
 /* Launch configurations alternate, so runs use several: results may not
-** depend on them. */
+** depend on them. A splittable reduction whose rows span several chunks
+** runs split every other time. */
 static hx_config config_for(const kir_kernel *k, unsigned long n)
 {
-  static const hx_config map[] = { { 3, 32 }, { 2, 64 }, { 1, 16 } };
-  static const hx_config rows[] = { { 2, 32 }, { 1, 64 }, { 3, 16 } };
-  return k->kind == KIR_MAP ? map[n % 3] : rows[n % 3];
+#define B(g, b) { .grid = g, .block = b }
+#define S(g, b, g2, b2) { .grid = g, .block = b, .split = true, .grid2 = g2, \
+                          .block2 = b2 }
+  static const hx_config map[] = { B(3, 32), B(2, 64), B(1, 16) };
+  static const hx_config rows[] = { B(2, 32), B(1, 64), B(3, 16) };
+  static const hx_config split[] = { S(3, 32, 2, 32), S(2, 64, 1, 64),
+                                     S(5, 16, 3, 16) };
+#undef B
+#undef S
+  if (k->kind == KIR_MAP)
+    return map[n % 3];
+  if (jcuda_splittable(k) && k->row_len > TENSOR_RED_CHUNK && n % 2 == 0)
+    return split[n / 2 % 3];
+  return rows[n % 3];
 }
 
 /* DIR/kernel-N.ir (the IR text) and kernel-N.cu (its CUDA C). */

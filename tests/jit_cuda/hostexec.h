@@ -32,13 +32,18 @@
 
 #include "../../src/fuse/kir.h"
 
-/* Grid and block for a host launch: the results must not depend on them. */
+/* Grid and block for a host launch: the results must not depend on them.
+** With split, a split reduction (jcuda_splittable): phase 1 on grid x
+** block, phase 2 on grid2 x block2, through a scratch buffer. */
 typedef struct {
   unsigned grid, block;
+  bool split;
+  unsigned grid2, block2;
 } hx_config;
 
 /* Run kernel k's units [lo, hi) as its CUDA C would run on a device with
-** launch configuration cfg. 0, or -1 with a reason. */
+** launch configuration cfg. 0, or -1 with a reason (split asked of a
+** kernel that is not splittable, too). */
 int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
            const int64_t *dims, int64_t lo, int64_t hi, hx_config cfg,
            char *why, size_t wlen);

@@ -24,8 +24,9 @@
 #include "../../src/jit_cuda/jit_cuda.h"
 #include "../../src/tensor/approx.h"
 
+#define B(g, b) { .grid = g, .block = b }
 static const hx_config configs[] = {
-  { 1, 16 }, { 2, 32 }, { 3, 64 }, { 1, 256 }, { 5, 1024 },
+  B(1, 16), B(2, 32), B(3, 64), B(1, 256), B(5, 1024),
 };
 #define NCONFIGS (int)(sizeof configs / sizeof configs[0])
 
@@ -430,6 +431,170 @@ static void test_rows_strided(void **state)
   free(c.sum);
 }
 
+/* -- Split reductions: phases across blocks, the same canonical order ------- */
+
+#define S(g, b, g2, b2) { .grid = g, .block = b, .split = true, .grid2 = g2, \
+                          .block2 = b2 }
+static const hx_config split_configs[] = {
+  S(1, 16, 1, 16), S(3, 64, 2, 32), S(7, 256, 1, 1024), S(2, 1024, 3, 64),
+  S(4, 32, 1, 16),
+};
+#define NSPLIT (int)(sizeof split_configs / sizeof split_configs[0])
+
+/* Sizes around the chunk boundaries, and one of many rounds. */
+static const int64_t split_lens[] = { 1, 4095, 4096, 4097, 3 * 4096 + 5,
+                                      (1 << 20) + 3 };
+#define NSPLITLENS (int)(sizeof split_lens / sizeof split_lens[0])
+
+/* One row of n values of dt reduced by red (REDUCE first, then two
+** STORE_ROW passes: the value and the value plus itself). */
+static kir_kernel *split_kernel(tc_dtype dt, kir_red red, int64_t n,
+                                bool dynamic)
+{
+  kir_kernel *k = new_kernel(KIR_ROWS, 0);
+  k->dynamic = dynamic;
+  k->row_len = n;
+  add_buf(k, KIR_IN, dt, (int64_t[]){ 1 });
+  add_buf(k, KIR_OUT, dt, (int64_t[]){ 0 });
+  add_buf(k, KIR_OUT, dt, (int64_t[]){ 0 });
+  add_pass(k, KIR_PASS_REDUCE, red, -1, kir_load(k, 0));
+  int v = kir_rowvar(k, 0);
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 1, v);
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 2,
+           kir_emit(k, KOP_ADD, dt, v, v, -1));
+  return k;
+}
+
+/* eager's result (the CPU kernels) for red over data: its bytes */
+static void eager_reduce(tc_dtype dt, kir_red red, const void *data,
+                         int64_t n, void *out)
+{
+  size_t esz = tc_dtype_size(dt);
+  tc_tensor *t = tc_from_data(dt, TC_SHAPE(n), data, (size_t)n * esz);
+  assert_non_null(t);
+  tc_tensor *r = red == KIR_RED_SUM ? tc_sum_all(t)
+                 : red == KIR_RED_MAX ? tc_max(t, 0, false)
+                 : tc_min(t, 0, false);
+  assert_non_null(r);
+  assert_int_equal(tc_dtype_of(r), dt);
+  assert_int_equal(tc_copy_to(r, out, esz), 0);
+  tc_release(r);
+  tc_release(t);
+}
+
+static void test_split_reductions_equal_eager(void **state)
+{
+  (void)state;
+  static const tc_dtype dts[] = { TC_F32, TC_F64, TC_I64 };
+  static const kir_red reds[] = { KIR_RED_SUM, KIR_RED_MAX, KIR_RED_MIN };
+  for (int t = 0; t < NSPLITLENS; t++) {
+    int64_t n = split_lens[t];
+    for (int d = 0; d < 3; d++) {
+      tc_dtype dt = dts[d];
+      size_t esz = tc_dtype_size(dt);
+      char *x = malloc((size_t)n * esz);
+      assert_non_null(x);
+      uint32_t seed = 777u + (uint32_t)(t * 3 + d);
+      for (int64_t i = 0; i < n; i++) {   /* mixed magnitudes */
+        seed = seed * 1664525u + 1013904223u;
+        double v = (double)(seed >> 8) / 16777216.0 - 0.3;
+        v *= i % 7 == 0 ? 1000.0 : 1.0;
+        if (dt == TC_F32)
+          ((float *)x)[i] = (float)v;
+        else if (dt == TC_F64)
+          ((double *)x)[i] = v * 1.0000001;
+        else
+          ((int64_t *)x)[i] = (int64_t)(v * 1e15) * (i % 5 ? 1 : 4000);
+      }
+      for (int rd = 0; rd < 3; rd++) {
+        char want[8], got[8], twice[8];
+        eager_reduce(dt, reds[rd], x, n, want);
+        for (int dyn = 0; dyn < 2; dyn++) {
+          kir_kernel *k = split_kernel(dt, reds[rd], n, dyn);
+          assert_true(jcuda_splittable(k));
+          int64_t dims[8];
+          kir_dyn_fill(k, dims);
+          char *bufs[] = { x, got, twice };
+          for (int c = 0; c < NSPLIT + NCONFIGS; c++) {
+            hx_config cfg = c < NSPLIT ? split_configs[c]
+                                       : configs[c - NSPLIT];
+            char why[200] = "";
+            memset(got, 0x5a, sizeof got);
+            if (hx_run(k, bufs, NULL, dyn ? dims : NULL, 0, 1, cfg, why,
+                       sizeof why) != 0)
+              fail_msg("host run: %s", why);
+            if (memcmp(got, want, esz) != 0)
+              fail_msg("n %lld, %s, red %d, %s, config %d: not eager's",
+                       (long long)n, tc_dtype_name(dt), (int)reds[rd],
+                       dyn ? "dynamic" : "static", c);
+          }
+          if (t == NSPLITLENS - 1 && dyn)
+            nvrtc_accepts(k);
+          free(k);
+        }
+      }
+      free(x);
+    }
+  }
+}
+
+/* Several long rows split at once (rows x rounds across the blocks). */
+static void test_split_many_rows(void **state)
+{
+  (void)state;
+  rows_case c = { .rows = 3, .len = 5 * 4096 + 77 };
+  c.m = malloc((size_t)(c.rows * c.len) * sizeof *c.m);
+  c.sum = malloc((size_t)c.rows * sizeof *c.sum);
+  assert_true(c.m && c.sum);
+  for (int64_t i = 0; i < c.rows * c.len; i++)
+    c.m[i] = (float)((i * 7919) % 1000) * 0.001f + (i % 3 ? 0.0f : 100.0f);
+  kir_kernel *k = new_kernel(KIR_ROWS, 1);
+  k->size[0] = c.rows;
+  k->row_len = c.len;
+  add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 1, c.rows });
+  add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ 1, 0 });
+  add_pass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, kir_load(k, 0));
+  add_pass(k, KIR_PASS_STORE_ROW, KIR_RED_SUM, 1, kir_rowvar(k, 0));
+  char *bufs[] = { (char *)c.m, (char *)c.sum };
+  for (int s = 0; s < NSPLIT; s++) {
+    char why[200] = "";
+    rows_fill(&c);
+    if (hx_run(k, bufs, NULL, NULL, 0, c.rows, split_configs[s], why,
+               sizeof why) != 0)
+      fail_msg("host run: %s", why);
+    rows_check(&c);
+  }
+  free(k);
+  free(c.m);
+  free(c.sum);
+}
+
+/* What is split, and how it is launched. */
+static void test_split_launch_config(void **state)
+{
+  (void)state;
+  kir_kernel *k = split_kernel(TC_F32, KIR_RED_SUM, (1 << 20) + 3, true);
+  jcuda_launch_cfg lc;
+  jcuda_launch_config(k, 132, &lc);   /* an H200 */
+  assert_true(lc.split);
+  assert_int_equal(lc.block, 32);     /* 257 chunks: 129 rounds of 2 */
+  assert_int_equal(lc.grid, 129);
+  assert_int_equal(lc.block2, 512);
+  assert_int_equal(lc.grid2, 1);
+  assert_int_equal(lc.scratch, 257 * 8);
+  k->row_len = 4096;                  /* one chunk: a block suffices */
+  jcuda_launch_config(k, 132, &lc);
+  assert_false(lc.split);
+  free(k);
+  /* a row value needed at every position (softmax-like): never split */
+  k = row_kernel(3 * 4096, true);
+  assert_false(jcuda_splittable(k));
+  jcuda_launch_config(k, 132, &lc);
+  assert_false(lc.split);
+  assert_int_equal(lc.block, 256);
+  free(k);
+}
+
 /* -- What the renderer refuses ------------------------------------------------ */
 
 static void test_render_refuses_integer_division(void **state)
@@ -494,6 +659,9 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_integer_semantics),
     cmocka_unit_test(test_rows_follow_the_canonical_order),
     cmocka_unit_test(test_rows_strided),
+    cmocka_unit_test(test_split_reductions_equal_eager),
+    cmocka_unit_test(test_split_many_rows),
+    cmocka_unit_test(test_split_launch_config),
     cmocka_unit_test(test_render_refuses_integer_division),
     cmocka_unit_test(test_nvrtc_failure_gives_the_log),
     cmocka_unit_test(test_key_text),

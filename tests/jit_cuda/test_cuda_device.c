@@ -316,6 +316,35 @@ static void test_reductions_equal_cpu(void **state)
   tc_release(a);
 }
 
+static tc_tensor *max_flat(tc_tensor *t) { return tc_max(t, 0, false); }
+static tc_tensor *min_flat(tc_tensor *t) { return tc_min(t, 0, false); }
+static tc_tensor *mean_flat(tc_tensor *t) { return tc_mean(t, 0, true); }
+
+/* Whole-tensor reductions run as split reductions (jit_cuda.h: one long
+** row, few rows: blocks share the row, then a second phase combines the
+** chunk partials): eager CPU's bits at sizes around the chunk boundaries. */
+static void test_split_reductions_equal_cpu(void **state)
+{
+  (void)state;
+  static const int64_t lens[] = { 1, 4095, 4096, 4097, 3 * 4096 + 5,
+                                  (1 << 20) + 3 };
+  static const tc_dtype dts[] = { TC_F32, TC_F64, TC_I64 };
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+      tc_tensor *r = tc_randn(TC_F64, TC_SHAPE(lens[i]), 40 + i * 3 + d);
+      tc_tensor *s = tc_mul_scalar(r, dts[d] == TC_I64 ? 1e12 : 1000.0);
+      tc_tensor *h = tc_cast(s, dts[d]);
+      check1(tc_sum_all, h);
+      check1(max_flat, h);
+      check1(min_flat, h);
+      if (dts[d] != TC_I64)
+        check1(mean_flat, h);   /* an epilogue after the reduction */
+      tc_release(r);
+      tc_release(s);
+      tc_release(h);
+    }
+}
+
 static tc_tensor *ln(tc_tensor *x, tc_tensor *g)
 {
   return tc_layer_norm(x, g, g, 1e-5);
@@ -522,6 +551,7 @@ int main(void)
     cmocka_unit_test(test_pointwise_equals_cpu),
     cmocka_unit_test(test_kernels_compile_once),
     cmocka_unit_test(test_reductions_equal_cpu),
+    cmocka_unit_test(test_split_reductions_equal_cpu),
     cmocka_unit_test(test_composites_equal_cpu),
     cmocka_unit_test(test_matmul_through_cublas),
     cmocka_unit_test(test_inplace_equals_cpu),
