@@ -504,7 +504,8 @@ static void test_split_reductions_equal_eager(void **state)
         else if (dt == TC_F64)
           ((double *)x)[i] = v * 1.0000001;
         else
-          ((int64_t *)x)[i] = (int64_t)(v * 1e15) * (i % 5 ? 1 : 4000);
+          ((int64_t *)x)[i] =   /* sums wrap: multiply as unsigned */
+              (int64_t)((uint64_t)(int64_t)(v * 1e15) * (i % 5 ? 1u : 4000u));
       }
       for (int rd = 0; rd < 3; rd++) {
         char want[8], got[8], twice[8];
