@@ -1,6 +1,8 @@
 /*
 ** kir.c -- building kernels and printing their canonical text form.
 */
+#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,41 @@ const uint8_t kir_arity[KOP__MAX] = {
 };
 
 /* -- Building -------------------------------------------------------------- */
+
+#define KIR_SPARE_MAX 64   /* kernels kept for reuse, 3.5 MB at most */
+
+static struct {
+  pthread_mutex_t lock;
+  int n;
+  kir_kernel *k[KIR_SPARE_MAX];
+} spare = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+kir_kernel *kir_new(void)
+{
+  kir_kernel *k = NULL;
+  pthread_mutex_lock(&spare.lock);
+  if (spare.n > 0)
+    k = spare.k[--spare.n];
+  pthread_mutex_unlock(&spare.lock);
+  if (!k)
+    return calloc(1, sizeof *k);
+  memset(k, 0, offsetof(kir_kernel, ins));
+  k->npasses = 0;
+  return k;
+}
+
+void kir_free(kir_kernel *k)
+{
+  if (!k)
+    return;
+  pthread_mutex_lock(&spare.lock);
+  bool kept = spare.n < KIR_SPARE_MAX;
+  if (kept)
+    spare.k[spare.n++] = k;
+  pthread_mutex_unlock(&spare.lock);
+  if (!kept)
+    free(k);
+}
 
 int kir_emit(kir_kernel *k, kir_opcode op, tc_dtype dt, int a, int b, int c)
 {

@@ -143,7 +143,7 @@ static int step_new(fb *b, fuse_step_kind kind)
   memset(&b->si[p->nsteps], 0, sizeof b->si[p->nsteps]);
   b->si[p->nsteps].first_member = -1;
   if (kind == FSTEP_KERNEL) {
-    s->k = calloc(1, sizeof *s->k);
+    s->k = kir_new();
     if (!s->k)
       return fail(b, "out of memory");
   }
@@ -643,7 +643,7 @@ static int compact_steps(fb *b, const bool *gone)
   int n = 0;
   for (int s = 0; s < p->nsteps; s++) {
     if (gone[s]) {
-      free(p->steps[s].k);
+      kir_free(p->steps[s].k);
       to[s] = -1;
       continue;
     }
@@ -2197,7 +2197,7 @@ void fuse_plan_free(fuse_plan *p)
   if (!p)
     return;
   for (int s = 0; s < p->nsteps; s++) {
-    free(p->steps[s].k);
+    kir_free(p->steps[s].k);
     free(p->steps[s].orig);
     if (p->steps[s].compiled && p->compiled_free)
       p->compiled_free(p->steps[s].compiled);
