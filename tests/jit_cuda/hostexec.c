@@ -41,53 +41,7 @@ typedef struct hx_kernel {
 
 static hx_kernel *kernels;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static char workdir[256];
 static unsigned long nfiles;
-
-static uint64_t fnv1a(const char *s)
-{
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++)
-    h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-  return h;
-}
-
-static void remove_workdir(void)
-{
-  if (!workdir[0])
-    return;
-  char cmd[320];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "hostexec: could not remove %s\n", workdir);
-  workdir[0] = 0;
-}
-
-static int ensure_workdir(char *why, size_t wlen)
-{
-  if (workdir[0])
-    return 0;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(workdir, sizeof workdir, "%s/tc-hostexec-XXXXXX",
-           tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(workdir)) {
-    snprintf(why, wlen, "mkdtemp %s failed", workdir);
-    workdir[0] = 0;
-    return -1;
-  }
-  atexit(remove_workdir);
-  return 0;
-}
-
-static int write_file(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "w");
-  if (!f)
-    return -1;
-  size_t n = strlen(text);
-  int rc = fwrite(text, 1, n, f) == n ? 0 : -1;
-  return fclose(f) == 0 ? rc : -1;
-}
 
 static int compile_kernel(hx_kernel *kx, char *why, size_t wlen)
 {
@@ -111,7 +65,7 @@ static hx_kernel *kernel_for(const kir_kernel *k, bool compile, char *why,
   char *src = jcuda_render(k, why, wlen);
   if (!src)
     return NULL;
-  uint64_t h = fnv1a(src);
+  uint64_t h = hr_hash(src);
   for (hx_kernel *kx = kernels; kx; kx = kx->next)
     if (kx->hash == h && strcmp(kx->src, src) == 0) {
       free(src);
@@ -235,13 +189,14 @@ static int ptxas(const char *ptx, char *why, size_t wlen)
   const char *bin = ptxas_path();
   if (!bin)
     return 0;
-  if (ensure_workdir(why, wlen) < 0)
+  const char *workdir = hr_workdir(why, wlen);
+  if (!workdir)
     return -1;
   char in[300], out[300], cmd[1100];
   unsigned long id = nfiles++;
   snprintf(in, sizeof in, "%s/p%lu.ptx", workdir, id);
   snprintf(out, sizeof out, "%s/p%lu.cubin", workdir, id);
-  if (write_file(in, ptx) < 0) {
+  if (hr_write_file(in, ptx) < 0) {
     snprintf(why, wlen, "cannot write %s", in);
     return -1;
   }
@@ -344,10 +299,10 @@ static void dump_kernel(const kir_kernel *k, unsigned long n)
   char path[400], why[200];
   char *ir = kir_text(k), *src = jcuda_render(k, why, sizeof why);
   snprintf(path, sizeof path, "%s/kernel-%lu.ir", hook.dump, n);
-  if (ir && write_file(path, ir) < 0)
+  if (ir && hr_write_file(path, ir) < 0)
     fprintf(stderr, "hostexec: cannot write %s\n", path);
   snprintf(path, sizeof path, "%s/kernel-%lu.cu", hook.dump, n);
-  if (src && write_file(path, src) < 0)
+  if (src && hr_write_file(path, src) < 0)
     fprintf(stderr, "hostexec: cannot write %s\n", path);
   free(ir);
   free(src);
@@ -421,7 +376,7 @@ static void summary(void)
   if (hook.nvrtc && !jcuda_nvrtc_available())
     fprintf(stderr, "hostexec: NVRTC checks skipped: %s\n",
             jcuda_nvrtc_reason());
-  remove_workdir();
+  hr_cleanup();
   /* kernels were compiled, yet none ran here: the hook was bypassed */
   tc_stats st;
   tc_stats_get(&st);

@@ -38,7 +38,7 @@ static pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
 static char workdir[256];
 static unsigned long ncompiled;
 
-static uint64_t fnv1a(const char *s)
+uint64_t hr_hash(const char *s)
 {
   uint64_t h = 0xcbf29ce484222325ull;
   for (; *s; s++)
@@ -73,7 +73,15 @@ static int ensure_workdir(char *why, size_t wlen)
   return 0;
 }
 
-static int write_file(const char *path, const char *text)
+const char *hr_workdir(char *why, size_t wlen)
+{
+  pthread_mutex_lock(&compile_lock);
+  int rc = ensure_workdir(why, wlen);
+  pthread_mutex_unlock(&compile_lock);
+  return rc < 0 ? NULL : workdir;
+}
+
+int hr_write_file(const char *path, const char *text)
 {
   FILE *f = fopen(path, "w");
   if (!f)
@@ -94,7 +102,7 @@ static int compile_so(hr_module *m, char *why, size_t wlen)
   unsigned long id = ncompiled++;
   snprintf(c, sizeof c, "%s/k%lu.c", workdir, id);
   snprintf(so, sizeof so, "%s/k%lu.so", workdir, id);
-  if (write_file(c, m->src) < 0) {
+  if (hr_write_file(c, m->src) < 0) {
     snprintf(why, wlen, "cannot write %s", c);
     return -1;
   }
@@ -128,7 +136,7 @@ static int compile_so(hr_module *m, char *why, size_t wlen)
 
 static hr_module *find_or_add(const char *src, char *why, size_t wlen)
 {
-  uint64_t h = fnv1a(src);
+  uint64_t h = hr_hash(src);
   for (hr_module *m = modules; m; m = m->next)
     if (m->hash == h && strcmp(m->src, src) == 0)
       return m;

@@ -10,6 +10,7 @@
 #define TC_HOSTRUN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct hr_module hr_module;
 
@@ -28,5 +29,13 @@ int hr_launch(hr_module *m, unsigned grid, unsigned block,
 
 /* Remove the work directory of compiled objects (also done at exit). */
 void hr_cleanup(void);
+
+/* The work directory (made on first use, removed by hr_cleanup), for
+** other files of the same run; NULL with a reason. Thread-safe. */
+const char *hr_workdir(char *why, size_t wlen);
+/* Write text to path; 0 or -1. */
+int hr_write_file(const char *path, const char *text);
+/* FNV-1a of a string: the key the caches of CUDA C text use. */
+uint64_t hr_hash(const char *s);
 
 #endif
