@@ -41,6 +41,16 @@ suite() {   # suite NAME BUILDDIR [meson setup args...]
   count "$dir"
 }
 
+# Compiled kernels shared by both suites (and by the tests of each): a
+# kernel store for the random programs and the CUDA host-execution tests
+# (TC_TEST_STORE), and hostexec's gcc objects and NVRTC verdicts
+# (TC_TEST_CUDA_CACHE), each keyed by the exact text it was made from. The
+# sanitized suite runs the same programs, so it loads what release made.
+shared=$(mktemp -d)
+trap 'rm -rf "$shared"' EXIT
+export TC_TEST_STORE="$shared/store" TC_TEST_CUDA_CACHE="$shared/cuda"
+mkdir -p "$TC_TEST_STORE" "$TC_TEST_CUDA_CACHE"
+
 suite "release" build
 if [ "${1:-}" != "--no-sanitize" ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0

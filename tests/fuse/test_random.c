@@ -14,6 +14,9 @@
 **   TC_RANDOM_SHRINK    failures to shrink (default 1)
 **   TC_RANDOM_SHRINK_SECONDS  time for each (default 120)
 **   TC_RANDOM_VERBOSE   1: one line per program
+**   TC_TEST_STORE       a kernel store to use (TC_CACHE=1; tests/run-all.sh
+**                       sets one for the whole run): a second run of the
+**                       same seeds loads their kernels from it
 **   TC_RANDOM_AVOID     features to leave out, to look past a known defect
 **                       (changes every seed's program): zerod, mean,
 **                       twoviews, lazydst (see randprog.h)
@@ -760,6 +763,15 @@ int main(int argc, char **argv)
   self_exe = "/proc/self/exe";
   setenv("TC_ASYNC", "0", 0);
   setenv("TC_CACHE", "0", 0);
+  /* One store for a whole test run: the sanitized suite runs the release
+  ** suite's seeds again, and loads their kernels instead of compiling
+  ** them (libgccjit is nearly all of this test's time; its output is the
+  ** same code in both builds). */
+  const char *store = getenv("TC_TEST_STORE");
+  if (store && *store) {
+    setenv("TC_CACHE", "1", 1);
+    setenv("TC_CACHE_DIR", store, 1);
+  }
   trace_init();
   cache_configure(&(cache_config){
     .hot = (int)env_long("TC_HOT", 1),

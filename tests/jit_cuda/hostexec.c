@@ -236,6 +236,14 @@ int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
   char *src = jcuda_render(k, why, wlen);
   if (!src)
     return -1;
+  /* Accepted before, by this process or another of the same test run. */
+  char accepted[64];
+  snprintf(accepted, sizeof accepted, "%016llx.nvrtc",
+           (unsigned long long)hr_hash(src));
+  if (hr_cache_has(accepted, src)) {
+    free(src);
+    return 0;
+  }
   char *ptx = NULL, *cubin = NULL;
   int rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, why, wlen);
   if (rc == 0)
@@ -244,6 +252,8 @@ int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
     rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &cubin, why, wlen);
   if (rc < 0)
     fprintf(stderr, "hostexec: the CUDA C that failed:\n%s\n", src);
+  else
+    hr_cache_put(accepted, src);
   free(ptx);
   free(cubin);
   free(src);
@@ -394,6 +404,13 @@ __attribute__((constructor)) static void hook_init(void)
   const char *v = getenv("TC_TEST_CUDA");
   if (!v || !*v)
     return;
+  /* The CPU kernels of these programs, too, are the same in both suites
+  ** of a run (tests/run-all.sh): shared through one kernel store. */
+  const char *store = getenv("TC_TEST_STORE");
+  if (store && *store) {
+    setenv("TC_CACHE", "1", 1);
+    setenv("TC_CACHE_DIR", store, 1);
+  }
   const char *h = strstr(v, "host");
   hook.host = h != NULL;
   if (h && h[4] == ':')

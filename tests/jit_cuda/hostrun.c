@@ -91,18 +91,83 @@ int hr_write_file(const char *path, const char *text)
   return fclose(f) == 0 ? rc : -1;
 }
 
+/* -- The cross-process cache (TC_TEST_CUDA_CACHE) --------------------------
+** The same kernels are compiled by the release and the sanitized suite, and
+** by several tests of each: with TC_TEST_CUDA_CACHE=DIR (tests/run-all.sh
+** sets one for the whole run) each object is kept as DIR/<hash>.so beside
+** its source DIR/<hash>.c, and used again only when that source equals the
+** text byte for byte. Files appear by rename, so a reader sees whole files
+** or none; two writers of one text write the same thing. */
+
+const char *hr_cache_dir(void)
+{
+  const char *d = getenv("TC_TEST_CUDA_CACHE");
+  return d && *d ? d : NULL;
+}
+
+char *hr_read_file(const char *path)
+{
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *buf = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+    if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+      buf[n] = 0;
+    } else {
+      free(buf);
+      buf = NULL;
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+bool hr_cache_has(const char *name, const char *text)
+{
+  const char *dir = hr_cache_dir();
+  if (!dir)
+    return false;
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char *kept = hr_read_file(path);
+  bool same = kept && strcmp(kept, text) == 0;
+  free(kept);
+  return same;
+}
+
+/* Move file `from` to DIR/name (best effort: a failure only costs a
+** compile next time). */
+static void cache_adopt(const char *from, const char *name)
+{
+  char to[512];
+  snprintf(to, sizeof to, "%s/%s", hr_cache_dir(), name);
+  if (rename(from, to) != 0)
+    unlink(from);
+}
+
+void hr_cache_put(const char *name, const char *text)
+{
+  const char *dir = hr_cache_dir();
+  if (!dir)
+    return;
+  char tmp[512];
+  snprintf(tmp, sizeof tmp, "%s/%s.%ld.tmp", dir, name, (long)getpid());
+  if (hr_write_file(tmp, text) == 0)
+    cache_adopt(tmp, name);
+  else
+    unlink(tmp);
+}
+
 /* gcc compiles the CUDA C as C11 with the shim: the same flags as libtc's
 ** own eager code (no contraction, no fast-math), so the host run computes
 ** what the text says, in the order it says it. */
-static int compile_so(hr_module *m, char *why, size_t wlen)
+static int gcc_so(const char *src, const char *c, const char *so,
+                  char *why, size_t wlen)
 {
-  if (ensure_workdir(why, wlen) < 0)
-    return -1;
-  char c[300], so[300], cmd[1200];
-  unsigned long id = ncompiled++;
-  snprintf(c, sizeof c, "%s/k%lu.c", workdir, id);
-  snprintf(so, sizeof so, "%s/k%lu.so", workdir, id);
-  if (hr_write_file(c, m->src) < 0) {
+  char cmd[1200];
+  if (hr_write_file(c, src) < 0) {
     snprintf(why, wlen, "cannot write %s", c);
     return -1;
   }
@@ -116,6 +181,46 @@ static int compile_so(hr_module *m, char *why, size_t wlen)
     snprintf(why, wlen, "gcc failed on the CUDA C (%s, log %s.log)", c, c);
     return -1;
   }
+  unlink(c);
+  return 0;
+}
+
+/* The object for m's text: from the cache when it holds this text, else
+** compiled (and entered in the cache). Its path goes to so. */
+static int object_of(hr_module *m, char *so, size_t solen, char *why,
+                     size_t wlen)
+{
+  char name[64], c[300];
+  snprintf(name, sizeof name, "%016llx", (unsigned long long)m->hash);
+  const char *dir = hr_cache_dir();
+  char cname[80], soname[80];
+  snprintf(cname, sizeof cname, "%s.c", name);
+  snprintf(soname, sizeof soname, "%s.so", name);
+  snprintf(so, solen, "%s/%s", dir ? dir : "", soname);
+  if (dir && hr_cache_has(cname, m->src) && access(so, R_OK) == 0)
+    return 0;
+  unsigned long id = ncompiled++;
+  snprintf(c, sizeof c, "%s/k%lu.c", workdir, id);
+  snprintf(so, solen, "%s/k%lu.so", workdir, id);
+  if (gcc_so(m->src, c, so, why, wlen) < 0)
+    return -1;
+  if (dir) {   /* the object first: a reader checks the source, then it */
+    char kept[300];
+    snprintf(kept, sizeof kept, "%s/k%lu.kept.so", workdir, id);
+    if (link(so, kept) == 0)
+      cache_adopt(kept, soname);
+    hr_cache_put(cname, m->src);
+  }
+  return 0;
+}
+
+static int compile_so(hr_module *m, char *why, size_t wlen)
+{
+  if (ensure_workdir(why, wlen) < 0)
+    return -1;
+  char so[300];
+  if (object_of(m, so, sizeof so, why, wlen) < 0)
+    return -1;
   m->so = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!m->so) {
     snprintf(why, wlen, "dlopen: %s", dlerror());
@@ -130,7 +235,6 @@ static int compile_so(hr_module *m, char *why, size_t wlen)
     snprintf(why, wlen, "the object lacks the shim's variables");
     return -1;
   }
-  unlink(c);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #ifndef TC_HOSTRUN_H
 #define TC_HOSTRUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,5 +38,15 @@ const char *hr_workdir(char *why, size_t wlen);
 int hr_write_file(const char *path, const char *text);
 /* FNV-1a of a string: the key the caches of CUDA C text use. */
 uint64_t hr_hash(const char *s);
+/* A file's whole text (malloc'd), or NULL. */
+char *hr_read_file(const char *path);
+
+/* The cache shared by processes (TC_TEST_CUDA_CACHE=DIR, or NULL when
+** unset): compiled objects, and the texts that NVRTC and ptxas accepted.
+** hr_cache_has: does DIR/name hold exactly text? hr_cache_put: keep text
+** as DIR/name (atomically; best effort). */
+const char *hr_cache_dir(void);
+bool hr_cache_has(const char *name, const char *text);
+void hr_cache_put(const char *name, const char *text);
 
 #endif
