@@ -344,9 +344,19 @@ static void analyse(fb *b)
     b->store[g->out_node[o]] = true;
 }
 
-/* Are node n's stored dependencies (through inlined producers) all
-** computed by steps before `before`, or by step `before` itself? */
-static bool deps_ready(fb *b, int n, int before)
+/* The walks below follow inlined producers, which a DAG shares (x in
+** x * rsqrt(mean(x * x))): each visits a node once per b->seen_stamp, so
+** a query costs the size of the inlined subgraph, not its paths. */
+static bool first_visit(fb *b, int n)
+{
+  if (b->seen[n] == b->seen_stamp)
+    return false;
+  b->seen[n] = b->seen_stamp;
+  return true;
+}
+
+/* deps_ready's walk; a node seen before passed (a failure ends the walk). */
+static bool deps_ready_from(fb *b, int n, int before)
 {
   const fuse_node *nd = &b->g->nodes[n];
   for (int e = 0; e < nd->nin; e++) {
@@ -358,11 +368,19 @@ static bool deps_ready(fb *b, int n, int before)
       ** visits other points than the one being computed. */
       if (b->step[s] > before || (b->step[s] == before && nd->in[e].viewed))
         return false;
-    } else if (!deps_ready(b, s, before)) {
+    } else if (first_visit(b, s) && !deps_ready_from(b, s, before)) {
       return false;
     }
   }
   return true;
+}
+
+/* Are node n's stored dependencies (through inlined producers) all
+** computed by steps before `before`, or by step `before` itself? */
+static bool deps_ready(fb *b, int n, int before)
+{
+  b->seen_stamp++;
+  return deps_ready_from(b, n, before);
 }
 
 static bool in_step(const fb *b, int n, int s)
@@ -371,18 +389,26 @@ static bool in_step(const fb *b, int n, int s)
                                                     its user */
 }
 
-/* Does node n (with its inlined producers) read a value stored by step s? */
-static bool reads_step(const fb *b, int n, int s)
+/* reads_step's walk; a node seen before found nothing (a find ends it). */
+static bool reads_step_from(fb *b, int n, int s)
 {
   const fuse_node *nd = &b->g->nodes[n];
   for (int e = 0; e < nd->nin; e++) {
     int src = nd->in[e].src;
     if (src < 0)
       continue;
-    if (b->store[src] ? b->step[src] == s : reads_step(b, src, s))
+    if (b->store[src] ? b->step[src] == s
+                      : first_visit(b, src) && reads_step_from(b, src, s))
       return true;
   }
   return false;
+}
+
+/* Does node n (with its inlined producers) read a value stored by step s? */
+static bool reads_step(fb *b, int n, int s)
+{
+  b->seen_stamp++;
+  return reads_step_from(b, n, s);
 }
 
 /* The general ROWS step node n joins, or -1: the latest whose row space
