@@ -44,7 +44,11 @@
 ** after dlopen). The store checks it in the bytes it reads for the
 ** checksum: an artifact carrying the marker of any other key is refused
 ** always; one carrying no marker is refused once STORE_MARKER_REQUIRED is
-** 1, which the change that makes the JIT embed the marker sets.
+** 1, which the change that makes the JIT embed the marker sets. A cubin
+** has no symbol of ours to carry it, so a CUDA artifact (backend "cuda",
+** named <key>-<sum>.cubin) is the cubin followed by a NUL and the marker
+** (src/trace/cuda_kernels.c writes it, and loads a cubin only with the
+** marker at its very end, which it strips).
 **
 ** The .meta format: "name: value" lines up to a blank line, then sections
 ** "--- ir ---", "--- source ---", "--- guards ---" each running to the

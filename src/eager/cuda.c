@@ -4,8 +4,9 @@
 ** between devices. Eager CUDA ops are one-op kernel IR (DESIGN.md): the
 ** call becomes a one-node fuse graph, fuse_build plans it shape-dynamic (so
 ** one kernel serves every shape), jit_cuda renders each kernel step, NVRTC
-** compiles it on first use (kept in memory by its source text) and it is
-** launched on tc's stream. In-place ops run their functional twin into
+** compiles it on first use (kept in memory by its code, and on disk
+** through the store hooks trace sets: eager_cuda_store) and it is launched
+** on tc's stream. In-place ops run their functional twin into
 ** the target (as trace functionalizes them). Matmul goes to cuBLAS; the
 ** other extern steps (argmax, cumsum, topk, ...) have no CUDA
 ** implementation yet and fail with a clear error.
@@ -126,7 +127,9 @@ tc_tensor *eager_cuda_to_host(tc_tensor *t)
 /* -- Kernels: compiled on first use, kept by their code ---------------------
 ** Every kernel here is shape-dynamic (sizes and strides are arguments), so
 ** kernels with the same code (kir_same_code) are one kernel: a call finds
-** its compiled function by the code's hash, with no rendering on a hit. */
+** its compiled function by the code's hash, with no rendering on a hit. A
+** miss asks the disk store (the hooks) before NVRTC, and enters a fresh
+** cubin there. */
 
 typedef struct cuda_kernel {
   struct cuda_kernel *next;

@@ -51,7 +51,11 @@ static int child(const char *op)
     return 3;
   }
   uint64_t h = 0xcbf29ce484222325ull;
-  if (strcmp(op, "exp") == 0) {
+  if (strcmp(op, "cpu") == 0) {   /* a fused CPU kernel (TC_COMPILE=1) */
+    tc_tensor *c = tc_randn(TC_F32, TC_SHAPE(37, 64), 1);
+    for (int i = 0; i < 2; i++)
+      h = hash_of(tc_gelu(tc_mul_scalar(c, 0.5)), h);
+  } else if (strcmp(op, "exp") == 0) {
     h = hash_of(tc_exp(x), h);
   } else if (strcmp(op, "neg") == 0) {
     h = hash_of(tc_neg(x), h);
@@ -278,6 +282,32 @@ static void test_dump_show(void **state)
     assert_int_equal(atoi(out), 1);   /* the reason, one line */
 }
 
+/* show --cuda: a CPU entry's IR parsed, rendered as CUDA C, and its PTX. */
+static void test_dump_cpu_as_cuda(void **state)
+{
+  (void)state;
+  const char *dump = getenv("TC_TEST_DUMP");
+  if (!dump || !*dump)
+    skip();
+  char dir[128], cmd[1024], out[512];
+  fresh_dir("dump-cpu", dir, sizeof dir);
+  run(dir, "cpu", "TC_COMPILE=1");
+  snprintf(cmd, sizeof cmd, "TC_CACHE_DIR=%s %s list | grep -c ' cpu '",
+           dir, dump);
+  sh(cmd, out, sizeof out);
+  assert_string_equal(out, "1");
+  snprintf(cmd, sizeof cmd, "TC_CACHE_DIR=%s LD_LIBRARY_PATH= %s show "
+           "--cuda '' | grep -c -e '^--- cuda ---$' -e '^TCK_KERNEL "
+           "tck_main' -e '^--- ptx (compute_90' -e '^(none: NVRTC not "
+           "found'", dir, dump);
+  sh(cmd, out, sizeof out);
+  assert_int_equal(atoi(out), 3);
+  snprintf(cmd, sizeof cmd, "TC_CACHE_DIR=%s %s show '' | grep -c "
+           "'^--- cuda ---$'", dir, dump);
+  sh(cmd, out, sizeof out);
+  assert_string_equal(out, "0");   /* only when asked */
+}
+
 int main(int argc, char **argv)
 {
   if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -292,6 +322,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_wrong_key),
     cmocka_unit_test(test_other_arch),
     cmocka_unit_test(test_dump_show),
+    cmocka_unit_test(test_dump_cpu_as_cuda),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
