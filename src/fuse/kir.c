@@ -609,7 +609,6 @@ static void parse_instr(cursor *c, kir_kernel *k)
 
 static void parse_pass(cursor *c, kir_kernel *k)
 {
-  static const char *const red[] = { "sum", "max", "min" };   /* kir_red */
   if (k->npasses == KIR_MAX_PASSES) {
     fail(c, "more than %d passes", KIR_MAX_PASSES);
     return;
@@ -620,7 +619,7 @@ static void parse_pass(cursor *c, kir_kernel *k)
   number(c, k->npasses, k->npasses, "pass number");
   if (accept(c, " reduce ")) {
     ps->kind = KIR_PASS_REDUCE;
-    ps->red = (uint8_t)name_of(c, red, 3, "reduction");
+    ps->red = (uint8_t)name_of(c, red_name, 3, "reduction");
     expect(c, " ");
     ps->value = operand(c, k->ninstrs);
     if (accept(c, ", store "))

@@ -135,37 +135,32 @@ static void test_malformed(void **state)
                  "unknown dtype \"f33\"");
   assert_refused("kernel map [4] scalars 0\n  buf0 in f32 strides [1, 1]\n",
                  "not 1 strides");
-  snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf2\n", head);
-  assert_refused(t, "line 4: buffer 2 out of range");
-  snprintf(t, sizeof t, "%s  %%0 = f32 FROB %%0\n", head);
-  assert_refused(t, "unknown opcode \"FROB\"");
-  snprintf(t, sizeof t, "%s  %%0 = f32 NEG %%0\n", head);
-  assert_refused(t, "operand 0 out of range");
-  snprintf(t, sizeof t, "%s  %%0 = f32 SCALAR s0\n", head);
-  assert_refused(t, "scalar 0 out of range");
-  snprintf(t, sizeof t, "%s  %%0 = f64 LOAD buf0\n  pass0 store buf1 = %%0\n",
-           head);
-  assert_refused(t, "not of buffer 0's dtype");
-  snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf0\n  pass0 store buf0 = %%0\n",
-           head);
-  assert_refused(t, "an input");
-  snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf0\n  pass0 reduce sum %%0\n",
-           head);
-  assert_refused(t, "a map kernel only stores");
-  snprintf(t, sizeof t, "%s  %%0 = f32 ROWVAR pass0\n  pass0 store buf1 = %%0\n",
-           head);
-  assert_refused(t, "not a reduction");
-  snprintf(t, sizeof t, "%s  %%0 = f32 CONST 0.5\n  pass0 store buf1 = %%0\n",
-           head);
-  assert_refused(t, "not in canonical form");
-  snprintf(t, sizeof t, "%s  %%0 = f32 CONST 0x1p-1 junk\n", head);
-  assert_refused(t, "at the end of the line");
-  snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf0\n  pass0 store buf1 = %%0",
-           head);
-  assert_refused(t, "at the end of the line");   /* no final newline */
-  snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf0\n  pass0 store buf1 = %%0\n"
-           "trailing\n", head);
-  assert_refused(t, "unexpected \"trailing");
+  /* After the header and buffers above: the instructions and passes, and
+  ** the reason wanted. */
+  static const struct { const char *body, *want; } cases[] = {
+    { "  %0 = f32 LOAD buf2\n", "line 4: buffer 2 out of range" },
+    { "  %0 = f32 FROB %0\n", "unknown opcode \"FROB\"" },
+    { "  %0 = f32 NEG %0\n", "operand 0 out of range" },
+    { "  %0 = f32 SCALAR s0\n", "scalar 0 out of range" },
+    { "  %0 = f64 LOAD buf0\n  pass0 store buf1 = %0\n",
+      "not of buffer 0's dtype" },
+    { "  %0 = f32 LOAD buf0\n  pass0 store buf0 = %0\n", "an input" },
+    { "  %0 = f32 LOAD buf0\n  pass0 reduce sum %0\n",
+      "a map kernel only stores" },
+    { "  %0 = f32 ROWVAR pass0\n  pass0 store buf1 = %0\n",
+      "not a reduction" },
+    { "  %0 = f32 CONST 0.5\n  pass0 store buf1 = %0\n",
+      "not in canonical form" },
+    { "  %0 = f32 CONST 0x1p-1 junk\n", "at the end of the line" },
+    { "  %0 = f32 LOAD buf0\n  pass0 store buf1 = %0",   /* no newline */
+      "at the end of the line" },
+    { "  %0 = f32 LOAD buf0\n  pass0 store buf1 = %0\ntrailing\n",
+      "unexpected \"trailing" },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(t, sizeof t, "%s%s", head, cases[i].body);
+    assert_refused(t, cases[i].want);
+  }
   snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf0\n  pass0 store buf1 = %%0\n",
            head);
   char why[128];
