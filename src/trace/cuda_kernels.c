@@ -7,7 +7,8 @@
 ** A CUDA kernel's key is xxh3-128 of its code's canonical text (kir_print
 ** with sizes and strides zeroed: the memo's kernels are shape-dynamic, so
 ** one cubin serves every shape), the backend "cuda", the device's arch and
-** jcuda_key_text (NVRTC version, arch, renderer version, options): a CPU
+** jcuda_key_text (NVRTC version, arch, renderer version, APPROX_FMA,
+** options): a CPU
 ** and a CUDA kernel of one IR never share a key, and a cubin for another
 ** arch or NVRTC is never found. The artifact is the cubin followed by the
 ** key marker (a NUL, STORE_KEY_MARKER, the key, a NUL), since a cubin has
