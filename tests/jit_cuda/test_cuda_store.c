@@ -45,6 +45,7 @@ static uint64_t hash_of(tc_tensor *t, uint64_t h)
 
 static int child(const char *op)
 {
+  size_t mark = tc_scope_begin();   /* releases every tensor made here */
   tc_tensor *x = tc_to(tc_randn(TC_F32, TC_SHAPE(37, 64), 1), "cuda");
   if (!x) {
     fprintf(stderr, "child: %s\n", tc_last_error());
@@ -63,6 +64,7 @@ static int child(const char *op)
     h = hash_of(tc_softmax(tc_mul(x, x), -1), h);
     h = hash_of(tc_sum_all(tc_exp(x)), h);
   }
+  tc_scope_end(mark);
   tc_stats st;
   tc_stats_get(&st);
   printf("%llu %llu %016llx\n", (unsigned long long)st.kernels_compiled,
