@@ -12,6 +12,8 @@
 #include <time.h>
 
 #include "../src/cache/store.h"
+#include "../src/fuse/kir.h"
+#include "../src/jit_cuda/jit_cuda.h"
 #include "../src/tensor/tensor.h"
 
 #define EXIT_PROBLEM 1
@@ -19,7 +21,7 @@
 
 static const char usage_text[] =
   "usage: tc-dump list\n"
-  "       tc-dump show KEY-PREFIX\n"
+  "       tc-dump show [--cuda] KEY-PREFIX\n"
   "       tc-dump stats\n"
   "       tc-dump verify\n"
   "       tc-dump prune [--max-mb N]\n"
@@ -32,7 +34,7 @@ static const char help_text[] =
   "\n"
   "SYNOPSIS\n"
   "    tc-dump list\n"
-  "    tc-dump show KEY-PREFIX\n"
+  "    tc-dump show [--cuda] KEY-PREFIX\n"
   "    tc-dump stats\n"
   "    tc-dump verify\n"
   "    tc-dump prune [--max-mb N]\n"
@@ -41,7 +43,8 @@ static const char help_text[] =
   "\n"
   "DESCRIPTION\n"
   "    With TC_COMPILE=1, tc compiles hot regions into fused kernels and\n"
-  "    keeps each one on disk: an artifact (a shared object) named by its\n"
+  "    keeps each one on disk: an artifact (a shared object, or a cubin for\n"
+  "    a CUDA kernel) named by its\n"
   "    checksum, and a metadata file holding the kernel IR, the generated\n"
   "    source, the guards, the compile time and the hit count. Later\n"
   "    processes load kernels from there instead of compiling them.\n"
@@ -57,6 +60,10 @@ static const char help_text[] =
   "    show KEY-PREFIX\n"
   "            Every metadata field of the one kernel whose key starts\n"
   "            with KEY-PREFIX, then its IR, generated source and guards.\n"
+  "            For a CUDA kernel the source is its CUDA C, and its PTX\n"
+  "            follows (NVRTC, for compute_XY of the entry's sm_XY; without\n"
+  "            NVRTC, one line saying why). With --cuda, a CPU kernel's IR\n"
+  "            is also rendered as CUDA C and compiled to PTX (compute_90).\n"
   "            A prefix matching no kernel, or more than one, is an error.\n"
   "    stats   Number of entries, artifact bytes, bytes on disk (metadata,\n"
   "            artifacts and temporary files: what the cap counts), total\n"
@@ -96,6 +103,7 @@ static const char help_text[] =
   "    <root>/v2/<kk>/<key>.meta        metadata of kernel <key>\n"
   "    <root>/v2/<kk>/<key>-<sum>.so    its artifact; <sum> is the xxh3-128\n"
   "                                     checksum of <key> and its bytes\n"
+  "    <root>/v2/<kk>/<key>-<sum>.cubin a CUDA kernel's artifact\n"
   "    <kk> is the key's first two hex digits; every directory is mode\n"
   "    0700 and every file 0600.\n";
 
@@ -170,9 +178,56 @@ static void print_section(const char *name, const char *text)
          n && text[n - 1] == '\n' ? "" : "\n");
 }
 
+/* PTX of CUDA C src for arch "sm_XY" (as compute_XY), or why there is
+** none. */
+static void print_ptx(const char *src, const char *arch)
+{
+  char virt[32], *ptx = NULL, *log = NULL;
+  size_t len = 0;
+  if (strncmp(arch, "sm_", 3) != 0 || strlen(arch) > 12) {
+    print_section("ptx", "(none: the entry's target is not an sm_XY arch)");
+    return;
+  }
+  snprintf(virt, sizeof virt, "compute_%s", arch + 3);
+  if (!jcuda_nvrtc_available()) {
+    printf("\n--- ptx ---\n(none: %s)\n", jcuda_nvrtc_reason());
+  } else if (jcuda_nvrtc_compile(src, virt, JCUDA_PTX, &ptx, &len, &log) < 0) {
+    printf("\n--- ptx ---\n(none: NVRTC failed)\n%s\n", log ? log : "");
+  } else {
+    printf("\n--- ptx (%s, %s) ---\n", virt, jcuda_nvrtc_version());
+    fwrite(ptx, 1, strnlen(ptx, len), stdout);
+  }
+  free(ptx);
+  free(log);
+}
+
+/* A CPU kernel's IR rendered as CUDA C, and its PTX. */
+static void print_cuda_of_ir(const char *ir)
+{
+  char why[256];
+  kir_kernel *k = ir ? kir_parse(ir, why, sizeof why) : NULL;
+  char *src = k ? jcuda_render(k, why, sizeof why) : NULL;
+  if (!ir)
+    snprintf(why, sizeof why, "the entry has no IR");
+  if (!src) {
+    printf("\n--- cuda ---\n(none: %s)\n", why);
+  } else {
+    print_section("cuda", src);
+    print_ptx(src, "sm_90");
+  }
+  free(src);
+  kir_free(k);
+}
+
+typedef struct {
+  const char *key;
+  bool cuda;                      /* --cuda */
+} show_ctx;
+
 static int show_one(void *ctx, const char *path, const store_meta *m)
 {
-  const char *key = ctx;
+  const show_ctx *sc = ctx;
+  const char *key = sc->key;
   if (!m || strcmp(m->key, key) != 0)
     return 0;
   const char *slash = strrchr(path, '/');
@@ -198,10 +253,14 @@ static int show_one(void *ctx, const char *path, const store_meta *m)
   print_section("ir", m->ir);
   print_section("source", m->source);
   print_section("guards", m->guards);
+  if (strcmp(m->backend, "cuda") == 0 && m->source)
+    print_ptx(m->source, m->target);
+  else if (sc->cuda)
+    print_cuda_of_ir(m->ir);
   return 1;
 }
 
-static int cmd_show(const char *prefix)
+static int cmd_show(const char *prefix, bool cuda)
 {
   find_ctx f = { prefix, strlen(prefix), 0, "" };
   if (store_each(find_one, &f) < 0) {
@@ -215,7 +274,7 @@ static int cmd_show(const char *prefix)
                       : "no kernel with this key prefix");
     return EXIT_PROBLEM;
   }
-  store_each(show_one, f.key);
+  store_each(show_one, &(show_ctx){ f.key, cuda });
   return 0;
 }
 
@@ -349,8 +408,10 @@ int main(int argc, char **argv)
     }
   if (!known)
     return bad_usage("unknown command '%s'", cmd);
-  if (strcmp(cmd, "show") == 0 && nargs != 1)
-    return bad_usage("%s", "show wants one KEY-PREFIX");
+  bool cuda = nargs == 2 && strcmp(cmd, "show") == 0 &&
+              strcmp(argv[2], "--cuda") == 0;
+  if (strcmp(cmd, "show") == 0 && nargs != 1 + cuda)
+    return bad_usage("%s", "show wants [--cuda] and one KEY-PREFIX");
   /* Only the compiling library creates a store: a mistyped TC_CACHE_DIR
   ** is reported, never made. */
   char why[512];
@@ -362,7 +423,7 @@ int main(int argc, char **argv)
   if (strcmp(cmd, "list") == 0)
     rc = cmd_list();
   else if (strcmp(cmd, "show") == 0)
-    rc = cmd_show(argv[2]);
+    rc = cmd_show(argv[2 + cuda], cuda);
   else if (strcmp(cmd, "stats") == 0)
     rc = cmd_stats();
   else if (strcmp(cmd, "verify") == 0)

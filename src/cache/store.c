@@ -264,6 +264,13 @@ static int write_atomic(const char *dir, const char *dest, const char *data,
   return rc;
 }
 
+/* An artifact's file name ends in its backend's extension: a shared
+** object for the CPU, a cubin (plus the key marker, store.h) for CUDA. */
+static const char *artifact_ext(const char *backend)
+{
+  return strcmp(backend, "cuda") == 0 ? ".cubin" : ".so";
+}
+
 /* The checksum of an artifact: xxh3-128 of its key's digits, then its
 ** bytes. Binding the key in means a copy under another key fails. */
 static void artifact_sum(const char *key, const void *bytes, size_t n,
@@ -553,7 +560,8 @@ static int meta_parse(char *text, store_meta *m)
     return -1;
   /* The artifact name is derived, never trusted: no "../" can get in. */
   char want[sizeof m->artifact];
-  snprintf(want, sizeof want, "%s-%s.so", m->key, m->checksum);
+  snprintf(want, sizeof want, "%s-%s%s", m->key, m->checksum,
+           artifact_ext(m->backend));
   if (strcmp(want, m->artifact) != 0)
     return -1;
   /* Sections: the three known marker lines; anything else is content. */
@@ -642,7 +650,7 @@ typedef enum {
 static entry_status entry_check(const char *dir, const char *key,
                                 store_meta *m, struct stat *mst,
                                 struct stat *ast, char art[128], char *why,
-                                size_t wlen)
+                                size_t wlen, char **keep)
 {
   char path[PATH_MAX];
   art[0] = '\0';
@@ -700,6 +708,10 @@ static entry_status entry_check(const char *dir, const char *key,
              m->checksum);
   } else if (!marker_problem(bytes, (size_t)m->bytes, key, why, wlen)) {
     rc = E_OK;
+    if (keep) {                /* the verified bytes, for the caller */
+      *keep = bytes;
+      bytes = NULL;
+    }
   }
   free(bytes);
   close(fd);
@@ -873,14 +885,13 @@ static void record_hit(const char *dir, store_meta *m, const struct stat *mst)
   free(text);
 }
 
-int store_get(const char *key, store_meta *m, char *so_path, size_t len)
+/* store_get, and with keep the verified artifact's bytes too. */
+static int get_entry(const char *key, store_meta *m, char *so_path,
+                     size_t len, char **keep)
 {
   char dir[PATH_MAX], why[256], art[128];
   struct stat st, mst, ast;
   int ret = -1;
-  if (!m || !so_path)
-    return -1;
-  memset(m, 0, sizeof *m);
   pthread_mutex_lock(&mu);
   if (key_dir(key, dir, sizeof dir) < 0 || lstat(dir, &st) < 0)
     goto out;
@@ -892,12 +903,16 @@ int store_get(const char *key, store_meta *m, char *so_path, size_t len)
   ** that has since been replaced is retried on the new one. */
   for (int attempt = 0; attempt < 3; attempt++) {
     entry_status rc = entry_check(dir, key, m, &mst, &ast, art, why,
-                                  sizeof why);
+                                  sizeof why, keep);
     if (rc == E_ABSENT)
       goto out;
     if (rc == E_OK) {
       if (fmt(so_path, len, "%s/%s", dir, m->artifact) < 0) {
         store_meta_free(m);
+        if (keep) {
+          free(*keep);
+          *keep = NULL;
+        }
         goto out;
       }
       record_hit(dir, m, &mst);
@@ -919,6 +934,30 @@ int store_get(const char *key, store_meta *m, char *so_path, size_t len)
 out:
   pthread_mutex_unlock(&mu);
   return ret;
+}
+
+int store_get(const char *key, store_meta *m, char *so_path, size_t len)
+{
+  if (!m || !so_path)
+    return -1;
+  memset(m, 0, sizeof *m);
+  return get_entry(key, m, so_path, len, NULL);
+}
+
+int store_get_bytes(const char *key, store_meta *m, void **bytes,
+                    size_t *n)
+{
+  char path[PATH_MAX];
+  char *keep = NULL;
+  if (!m || !bytes || !n)
+    return -1;
+  memset(m, 0, sizeof *m);
+  *bytes = NULL;
+  if (get_entry(key, m, path, sizeof path, &keep) < 0)
+    return -1;
+  *bytes = keep;
+  *n = (size_t)m->bytes;
+  return 0;
 }
 
 /* Write n bytes into a fresh temp file in dir (when tmp_so is on another
@@ -964,7 +1003,8 @@ int store_put(const char *key, const char *tmp_so, const store_meta *m)
   }
   artifact_sum(key, bytes, (size_t)e.bytes, e.checksum);
   memcpy(e.key, key, STORE_KEY_LEN + 1);
-  snprintf(e.artifact, sizeof e.artifact, "%s-%s.so", key, e.checksum);
+  snprintf(e.artifact, sizeof e.artifact, "%s-%s%s", key, e.checksum,
+           artifact_ext(e.backend));
   if (fmt(art, sizeof art, "%s/%s", dir, e.artifact) < 0 ||
       fmt(mpath, sizeof mpath, "%s/%s.meta", dir, key) < 0)
     goto out;
@@ -1077,7 +1117,8 @@ static const char *meta_key(const char *name, char key[STORE_KEY_LEN + 1])
 static bool is_artifact(const char *name)
 {
   size_t n = strlen(name);
-  return n == 2 * STORE_KEY_LEN + 4 && strcmp(name + n - 3, ".so") == 0;
+  return (n == 2 * STORE_KEY_LEN + 4 && strcmp(name + n - 3, ".so") == 0) ||
+         (n == 2 * STORE_KEY_LEN + 7 && strcmp(name + n - 6, ".cubin") == 0);
 }
 
 static bool is_temp(const char *name)
@@ -1211,7 +1252,7 @@ static int verify_dir(void *ctx, const char *dir, char **names, int n,
       continue;
     store_meta m;
     entry_status rc = entry_check(dir, key, &m, &st, &ast, art, why,
-                                  sizeof why);
+                                  sizeof why, NULL);
     if (rc == E_ABSENT)
       continue;
     if (rc == E_OK) {

@@ -8,7 +8,11 @@
 **
 **   <root>/v2/                       0700
 **   <root>/v2/<kk>/<key>.meta        0600  the entry: metadata (below)
-**   <root>/v2/<kk>/<key>-<sum>.so    0600  the artifact it names
+**   <root>/v2/<kk>/<key>-<sum>.so    0600  the artifact it names (a CPU
+**                                          kernel's shared object), or
+**   <root>/v2/<kk>/<key>-<sum>.cubin 0600  a CUDA kernel's (backend
+**                                          "cuda"): the cubin NVRTC made,
+**                                          then the key marker, below
 **
 ** <key> is 32 hex digits (xxh3-128 of the canonical kernel IR, backend,
 ** target, codegen version and compiler version); <kk> its first two digits;
@@ -40,7 +44,11 @@
 ** after dlopen). The store checks it in the bytes it reads for the
 ** checksum: an artifact carrying the marker of any other key is refused
 ** always; one carrying no marker is refused once STORE_MARKER_REQUIRED is
-** 1, which the change that makes the JIT embed the marker sets.
+** 1, which the change that makes the JIT embed the marker sets. A cubin
+** has no symbol of ours to carry it, so a CUDA artifact (backend "cuda",
+** named <key>-<sum>.cubin) is the cubin followed by a NUL and the marker
+** (src/trace/cuda_kernels.c writes it, and loads a cubin only with the
+** marker at its very end, which it strips).
 **
 ** The .meta format: "name: value" lines up to a blank line, then sections
 ** "--- ir ---", "--- source ---", "--- guards ---" each running to the
@@ -79,13 +87,13 @@
 
 typedef struct {
   char key[STORE_KEY_LEN + 1];
-  char artifact[128];             /* file name of the .so, in the entry's
-                                     directory */
+  char artifact[128];             /* file name of the .so or .cubin, in
+                                     the entry's directory */
   char checksum[STORE_KEY_LEN + 1];
   uint64_t bytes;                 /* artifact size */
-  char backend[16];               /* "cpu" */
-  char target[32];                /* "x86-64-v3" */
-  char compiler[64];              /* "libgccjit 12.2.0" */
+  char backend[16];               /* "cpu" or "cuda" */
+  char target[32];                /* "x86-64-v3", "sm_90" */
+  char compiler[64];              /* "libgccjit 12.2.0", "nvrtc 13.0" */
   char codegen[32];               /* STORE_CODEGEN_VERSION */
   char kind[16];                  /* "map" / "rows" (+ " dynamic") */
   char shape[96];                 /* e.g. "[4096] row 4096" */
@@ -146,6 +154,12 @@ int store_tmp_path(const char *key, char *path, size_t len);
 ** entry was bad (then it has been removed and logged), or unsafe (left in
 ** place, logged, not loaded). Never blocks on a FIFO or follows a link. */
 int store_get(const char *key, store_meta *m, char *so_path, size_t len);
+
+/* store_get for an artifact the caller loads from memory (a cubin): the
+** bytes it verified (malloc'd, *n of them; caller frees), so nothing is
+** read twice. 0, or -1 as store_get. */
+int store_get_bytes(const char *key, store_meta *m, void **bytes,
+                    size_t *n);
 
 /* Enter a compiled kernel: the artifact written at tmp_so is checked (a
 ** regular file; no other key's marker, and this key's once required),

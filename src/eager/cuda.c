@@ -4,8 +4,9 @@
 ** between devices. Eager CUDA ops are one-op kernel IR (DESIGN.md): the
 ** call becomes a one-node fuse graph, fuse_build plans it shape-dynamic (so
 ** one kernel serves every shape), jit_cuda renders each kernel step, NVRTC
-** compiles it on first use (kept in memory by its source text) and it is
-** launched on tc's stream. In-place ops run their functional twin into
+** compiles it on first use (kept in memory by its code, and on disk
+** through the store hooks trace sets: eager_cuda_store) and it is launched
+** on tc's stream. In-place ops run their functional twin into
 ** the target (as trace functionalizes them). Matmul goes to cuBLAS; the
 ** other extern steps (argmax, cumsum, topk, ...) have no CUDA
 ** implementation yet and fail with a clear error.
@@ -14,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "eager.h"
 #include "../fuse/fuse.h"
@@ -125,7 +127,9 @@ tc_tensor *eager_cuda_to_host(tc_tensor *t)
 /* -- Kernels: compiled on first use, kept by their code ---------------------
 ** Every kernel here is shape-dynamic (sizes and strides are arguments), so
 ** kernels with the same code (kir_same_code) are one kernel: a call finds
-** its compiled function by the code's hash, with no rendering on a hit. */
+** its compiled function by the code's hash, with no rendering on a hit. A
+** miss asks the disk store (the hooks) before NVRTC, and enters a fresh
+** cubin there. */
 
 typedef struct cuda_kernel {
   struct cuda_kernel *next;
@@ -137,13 +141,25 @@ typedef struct cuda_kernel {
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static cuda_kernel *kernels;
 
-static char *nvrtc_cubin(const char *fn, const char *src)
+static eager_cuda_store store_hooks;   /* set once, at init */
+
+void eager_cuda_store_set(const eager_cuda_store *hooks)
 {
-  char arch[16], *image = NULL, *log = NULL;
-  size_t len = 0;
-  if (jcuda_arch(arch, sizeof arch) < 0)
-    return NULL;
-  if (jcuda_nvrtc_compile(src, arch, JCUDA_CUBIN, &image, &len, &log) < 0) {
+  store_hooks = *hooks;
+}
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *nvrtc_cubin(const char *fn, const char *src, const char *arch,
+                         size_t *len)
+{
+  char *image = NULL, *log = NULL;
+  if (jcuda_nvrtc_compile(src, arch, JCUDA_CUBIN, &image, len, &log) < 0) {
     tc_seterr(TC_E_DEVICE, "%s: NVRTC failed: %.160s", fn,
               log ? log : "no log");
     if (log)
@@ -153,21 +169,62 @@ static char *nvrtc_cubin(const char *fn, const char *src)
   return image;
 }
 
-/* Render, compile and load k; NULL with the error set. */
-static jcuda_function compile_kernel(const char *fn, const kir_kernel *k)
+/* Render, compile and load k, and enter the cubin in the store; NULL with
+** the error set. */
+static jcuda_function compile_kernel(const char *fn, const kir_kernel *k,
+                                     const char *arch)
 {
   char why[160];
+  double t0 = now_ms();
   char *src = jcuda_render(k, why, sizeof why);
   if (!src) {
     tc_seterr(TC_E_DEVICE, "%s: cannot render the CUDA kernel: %s", fn, why);
     return NULL;
   }
-  char *image = nvrtc_cubin(fn, src);
+  size_t len = 0;
+  char *image = nvrtc_cubin(fn, src, arch, &len);
   jcuda_function f = NULL;
   if (image && jcuda_module_load(image, &f) < 0)
     f = NULL;
+  if (f) {
+    double ms = now_ms() - t0;
+    eager_add_compile_ms(ms);
+    if (store_hooks.enter)
+      store_hooks.enter(k, arch, image, len, src, ms);
+  }
   free(image);
   free(src);
+  return f;
+}
+
+/* k's kernel from the disk store, or NULL (then it is compiled). */
+static jcuda_function stored_kernel(const kir_kernel *k, const char *arch)
+{
+  size_t len = 0;
+  void *image = store_hooks.load ? store_hooks.load(k, arch, &len) : NULL;
+  jcuda_function f = NULL;
+  if (image && jcuda_module_load(image, &f) < 0) {
+    tensor_log(TC_LOG_CACHE, "a stored CUDA kernel does not load (%s); "
+               "compiling it", tc_last_error());
+    f = NULL;
+  }
+  free(image);
+  return f;
+}
+
+/* The miss path: the store, else NVRTC; counted as loaded or compiled. */
+static jcuda_function load_or_compile(const char *fn, const kir_kernel *k)
+{
+  char arch[16];
+  if (jcuda_arch(arch, sizeof arch) < 0)
+    return NULL;
+  jcuda_function f = stored_kernel(k, arch);
+  if (f) {
+    eager_count(ST_KERNELS_LOADED);
+    return f;
+  }
+  if ((f = compile_kernel(fn, k, arch)) != NULL)
+    eager_count(ST_KERNELS_COMPILED);
   return f;
 }
 
@@ -180,14 +237,13 @@ static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
   while (ck && !(ck->hash == h && kir_same_code(ck->k, k)))
     ck = ck->next;
   jcuda_function f = ck ? ck->fn : NULL;
-  if (!ck && (f = compile_kernel(fn, k)) != NULL) {
+  if (!ck && (f = load_or_compile(fn, k)) != NULL) {
     ck = malloc(sizeof *ck);
     kir_kernel *copy = ck ? malloc(sizeof *copy) : NULL;
     if (copy) {
       *copy = *k;
       *ck = (cuda_kernel){ kernels, h, copy, f };
       kernels = ck;
-      eager_count(ST_KERNELS_COMPILED);
     } else {
       free(ck);
       tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);

@@ -7,6 +7,7 @@
 #define TC_EAGER_H
 
 #include "../tensor/tensor.h"
+#include "../fuse/kir.h"
 
 /* -- Calls and the dispatcher --------------------------------------------- */
 
@@ -105,6 +106,21 @@ tc_tensor *eager_cuda_from_host(const char *fn, tc_tensor *t);
 tc_tensor *eager_cuda_to_host(tc_tensor *t);
 /* Wait for the work queued on the device (none used: returns at once). */
 int eager_cuda_sync(void);
+/* The disk store for the one-op CUDA kernels. The store is in cache,
+** above eager in the layering, so the kernel memo reaches it through these
+** hooks, which trace (on top, where the store and the JIT backends meet)
+** sets at init; unset (NULL) they cost nothing and kernels stay in memory.
+**   load:  a verified cubin for k's code, compiled for arch ("sm_90"):
+**          malloc'd, *len bytes with a NUL after them; NULL when absent,
+**          bad (removed) or the store is off (TC_CACHE=0).
+**   enter: a fresh cubin for k's code (NVRTC's, from source src, ms to
+**          render and compile); failures are logged, never fatal. */
+typedef struct {
+  void *(*load)(const kir_kernel *k, const char *arch, size_t *len);
+  void (*enter)(const kir_kernel *k, const char *arch, const void *cubin,
+                size_t len, const char *src, double ms);
+} eager_cuda_store;
+void eager_cuda_store_set(const eager_cuda_store *hooks);
 
 /* The random stream of tc_rand (and of every seeded op): splitmix64 of
 ** (seed, index), counter-based, so any element can be made independently

@@ -1,7 +1,10 @@
 /*
-** kir.c -- building kernels and printing their canonical text form.
+** kir.c -- building kernels, printing their canonical text form and
+** parsing it back.
 */
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,4 +357,347 @@ void kir_collapse(kir_kernel *k, bool merge)
     nd = 1;
   }
   k->ndim = nd;
+}
+
+/* -- Parsing the canonical text ----------------------------------------------
+** A cursor over untrusted text: every expectation that fails records the
+** first problem (with its line) and makes every later step a no-op, so the
+** parser is a straight sequence of expectations with one check at the end. */
+
+typedef struct {
+  const char *p;
+  int line;
+  bool bad;
+  char *why;
+  size_t wlen;
+} cursor;
+
+static void fail(cursor *c, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+static void fail(cursor *c, const char *fmt, ...)
+{
+  if (c->bad)
+    return;
+  c->bad = true;
+  int n = snprintf(c->why, c->wlen, "line %d: ", c->line);
+  va_list ap;
+  va_start(ap, fmt);
+  if (n >= 0 && (size_t)n < c->wlen)
+    vsnprintf(c->why + n, c->wlen - (size_t)n, fmt, ap);
+  va_end(ap);
+}
+
+/* Consume the literal s, or fail. */
+static void expect(cursor *c, const char *s)
+{
+  size_t n = strlen(s);
+  if (!c->bad && strncmp(c->p, s, n) == 0)
+    c->p += n;
+  else
+    fail(c, "expected \"%s\"", s);
+}
+
+/* Consume the literal s if it is next. */
+static bool accept(cursor *c, const char *s)
+{
+  size_t n = strlen(s);
+  if (c->bad || strncmp(c->p, s, n) != 0)
+    return false;
+  c->p += n;
+  return true;
+}
+
+/* A decimal integer in [lo, hi] (written as kir_print writes it: an
+** optional '-', then digits). */
+static int64_t number(cursor *c, int64_t lo, int64_t hi, const char *what)
+{
+  if (c->bad)
+    return lo;
+  const char *s = c->p + (*c->p == '-');
+  if (*s < '0' || *s > '9') {
+    fail(c, "expected %s", what);
+    return lo;
+  }
+  errno = 0;
+  char *end;
+  long long v = strtoll(c->p, &end, 10);
+  if (errno || v < lo || v > hi) {
+    int n = (int)(end - c->p);
+    fail(c, "%s %.*s out of range [%lld, %lld]", what, n < 24 ? n : 24, c->p,
+         (long long)lo, (long long)hi);
+    return lo;
+  }
+  c->p = end;
+  return v;
+}
+
+/* The name (up to a space, comma or line end) among names[0..n), as its
+** index. */
+static int name_of(cursor *c, const char *const *names, int n,
+                   const char *what)
+{
+  if (c->bad)
+    return 0;
+  size_t len = strcspn(c->p, " ,\n");
+  for (int i = 0; i < n; i++)
+    if (names[i] && strlen(names[i]) == len &&
+        strncmp(c->p, names[i], len) == 0) {
+      c->p += len;
+      return i;
+    }
+  fail(c, "unknown %s \"%.*s\"", what, (int)(len < 24 ? len : 24), c->p);
+  return 0;
+}
+
+static tc_dtype dtype_of(cursor *c)
+{
+  const char *names[TC_DTYPE__MAX];
+  for (int d = 0; d < TC_DTYPE__MAX; d++)
+    names[d] = tc_dtype_name((tc_dtype)d);
+  return (tc_dtype)name_of(c, names, TC_DTYPE__MAX, "dtype");
+}
+
+static void end_line(cursor *c)
+{
+  if (c->bad)
+    return;
+  if (*c->p != '\n') {
+    fail(c, "unexpected \"%.20s\" at the end of the line", c->p);
+    return;
+  }
+  c->p++;
+  c->line++;
+}
+
+/* "[a, b, ...]" of at most max numbers into v; returns the count. */
+static int list_of(cursor *c, int64_t *v, int max, int64_t lo,
+                   const char *what)
+{
+  int n = 0;
+  expect(c, "[");
+  while (!c->bad && *c->p != ']') {
+    if (n > 0)
+      expect(c, ", ");
+    if (n == max) {
+      fail(c, "more than %d %s", max, what);
+      break;
+    }
+    v[n++] = number(c, lo, INT64_MAX, what);
+  }
+  expect(c, "]");
+  return n;
+}
+
+static void parse_header(cursor *c, kir_kernel *k)
+{
+  expect(c, "kernel ");
+  k->kind = accept(c, "map") ? KIR_MAP : KIR_ROWS;
+  if (k->kind == KIR_ROWS)
+    expect(c, "rows");
+  k->dynamic = accept(c, " dynamic");
+  k->inplace = accept(c, " inplace");
+  expect(c, " ");
+  k->ndim = list_of(c, k->size, TC_MAX_DIMS, 0, "size");
+  if (k->kind == KIR_ROWS) {
+    expect(c, " row ");
+    k->row_len = number(c, 0, INT64_MAX, "row length");
+  }
+  expect(c, " scalars ");
+  k->nscalars = (int)number(c, 0, KIR_MAX_SCALARS, "scalar count");
+  end_line(c);
+}
+
+static void parse_buf(cursor *c, kir_kernel *k)
+{
+  if (k->nbufs == KIR_MAX_BUFS) {
+    fail(c, "more than %d buffers", KIR_MAX_BUFS);
+    return;
+  }
+  kir_buf *b = &k->buf[k->nbufs];
+  expect(c, "  buf");
+  number(c, k->nbufs, k->nbufs, "buffer number");
+  b->role = accept(c, " in ") ? KIR_IN : KIR_OUT;
+  if (b->role == KIR_OUT)
+    expect(c, " out ");
+  b->dtype = (uint8_t)dtype_of(c);
+  expect(c, " strides ");
+  int nstr = k->ndim + (k->kind == KIR_ROWS);
+  if (list_of(c, b->stride, TC_MAX_DIMS + 1, INT64_MIN, "stride") != nstr)
+    fail(c, "buffer %d has not %d strides", k->nbufs, nstr);
+  b->gather = accept(c, " gather stride ");
+  if (b->gather) {
+    b->gstride = number(c, INT64_MIN, INT64_MAX, "gather stride");
+    expect(c, " size ");
+    b->gsize = number(c, 1, INT64_MAX, "gather size");
+  }
+  end_line(c);
+  k->nbufs++;
+}
+
+/* "%N", an earlier instruction. */
+static int32_t operand(cursor *c, int before)
+{
+  expect(c, "%");
+  return (int32_t)number(c, 0, before - 1, "operand");
+}
+
+static int16_t buf_ref(cursor *c, const kir_kernel *k)
+{
+  expect(c, "buf");
+  return (int16_t)number(c, 0, k->nbufs - 1, "buffer");
+}
+
+static void parse_operands(cursor *c, kir_kernel *k, kir_instr *in, int i)
+{
+  switch (in->op) {
+  case KOP_CONST: {
+    expect(c, " ");
+    if (c->bad)
+      return;
+    char *end;
+    in->cval = strtod(c->p, &end);   /* %a's hex, inf and nan */
+    if (end == c->p)
+      fail(c, "expected a constant");
+    c->p = end;
+    return;
+  }
+  case KOP_SCALAR:
+    expect(c, " s");
+    in->ref = (int16_t)number(c, 0, k->nscalars - 1, "scalar");
+    return;
+  case KOP_LOAD:
+    expect(c, " ");
+    in->ref = buf_ref(c, k);
+    return;
+  case KOP_ROWVAR:   /* checked against the passes once they are read */
+    expect(c, " pass");
+    in->ref = (int16_t)number(c, 0, KIR_MAX_PASSES - 1, "pass");
+    return;
+  case KOP_GATHER:
+    expect(c, " ");
+    in->ref = buf_ref(c, k);
+    expect(c, ", ");
+    in->arg[0] = operand(c, i);
+    return;
+  default:
+    for (int a = 0; a < kir_arity[in->op]; a++) {
+      expect(c, a ? ", " : " ");
+      in->arg[a] = operand(c, i);
+    }
+  }
+}
+
+static void parse_instr(cursor *c, kir_kernel *k)
+{
+  int i = k->ninstrs;
+  if (i == KIR_MAX_INSTRS) {
+    fail(c, "more than %d instructions", KIR_MAX_INSTRS);
+    return;
+  }
+  kir_instr *in = &k->ins[i];
+  *in = (kir_instr){ .ref = -1, .arg = { -1, -1, -1 } };
+  expect(c, "  %");
+  number(c, i, i, "instruction number");
+  expect(c, " = ");
+  in->dtype = (uint8_t)dtype_of(c);
+  expect(c, " ");
+  in->op = (uint8_t)name_of(c, kir_opname, KOP__MAX, "opcode");
+  parse_operands(c, k, in, i);
+  end_line(c);
+  k->ninstrs++;
+}
+
+static void parse_pass(cursor *c, kir_kernel *k)
+{
+  if (k->npasses == KIR_MAX_PASSES) {
+    fail(c, "more than %d passes", KIR_MAX_PASSES);
+    return;
+  }
+  kir_pass *ps = &k->pass[k->npasses];
+  *ps = (kir_pass){ .out = -1 };
+  expect(c, "  pass");
+  number(c, k->npasses, k->npasses, "pass number");
+  if (accept(c, " reduce ")) {
+    ps->kind = KIR_PASS_REDUCE;
+    ps->red = (uint8_t)name_of(c, red_name, 3, "reduction");
+    expect(c, " ");
+    ps->value = operand(c, k->ninstrs);
+    if (accept(c, ", store "))
+      ps->out = buf_ref(c, k);
+  } else {
+    ps->kind = accept(c, " store_row ") ? KIR_PASS_STORE_ROW
+                                        : KIR_PASS_STORE;
+    if (ps->kind == KIR_PASS_STORE)
+      expect(c, " store ");
+    ps->out = buf_ref(c, k);
+    expect(c, " = ");
+    ps->value = operand(c, k->ninstrs);
+  }
+  end_line(c);
+  k->npasses++;
+}
+
+/* What the grammar cannot say: the types that kir_load, kir_rowvar and
+** kir_gather give, rows and map-only features where they belong, passes'
+** targets. */
+static void check_kernel(cursor *c, const kir_kernel *k)
+{
+  if (!c->bad && k->npasses == 0)
+    fail(c, "the kernel has no pass");
+  for (int i = 0; i < k->ninstrs && !c->bad; i++) {
+    const kir_instr *in = &k->ins[i];
+    if (in->op == KOP_ROWVAR &&
+        (in->ref >= k->npasses ||
+         k->pass[in->ref].kind != KIR_PASS_REDUCE ||
+         in->dtype != k->ins[k->pass[in->ref].value].dtype))
+      fail(c, "%%%d reads pass%d, not a reduction of its dtype", i, in->ref);
+    else if ((in->op == KOP_LOAD || in->op == KOP_GATHER) &&
+             in->dtype != k->buf[in->ref].dtype)
+      fail(c, "%%%d is not of buffer %d's dtype", i, in->ref);
+    else if (in->op == KOP_GATHER && (!k->buf[in->ref].gather ||
+                                      k->ins[in->arg[0]].dtype != TC_I64))
+      fail(c, "%%%d gathers from buffer %d, not a gather buffer, or by "
+           "a non-i64 index", i, in->ref);
+  }
+  for (int p = 0; p < k->npasses && !c->bad; p++) {
+    const kir_pass *ps = &k->pass[p];
+    if (k->kind == KIR_MAP && ps->kind != KIR_PASS_STORE)
+      fail(c, "pass%d: a map kernel only stores", p);
+    else if (ps->out >= 0 && k->buf[ps->out].role != KIR_OUT)
+      fail(c, "pass%d stores to buffer %d, an input", p, ps->out);
+  }
+}
+
+kir_kernel *kir_parse(const char *text, char *why, size_t wlen)
+{
+  char dummy[8];
+  cursor c = { text ? text : "", 1, false, why ? why : dummy,
+               why ? wlen : sizeof dummy };
+  kir_kernel *k = kir_new();
+  if (!k) {
+    fail(&c, "out of memory");
+    return NULL;
+  }
+  parse_header(&c, k);
+  while (!c.bad && strncmp(c.p, "  buf", 5) == 0)
+    parse_buf(&c, k);
+  while (!c.bad && strncmp(c.p, "  %", 3) == 0)
+    parse_instr(&c, k);
+  while (!c.bad && strncmp(c.p, "  pass", 6) == 0)
+    parse_pass(&c, k);
+  if (!c.bad && *c.p)
+    fail(&c, "unexpected \"%.20s\"", c.p);
+  check_kernel(&c, k);
+  /* The text must be canonical (what kir_print writes), so equal kernels
+  ** have equal text and a key made from it means one kernel. */
+  char *again = c.bad ? NULL : kir_text(k);
+  if (!c.bad && (!again || strcmp(again, text) != 0))
+    fail(&c, again ? "not in canonical form (kir_print writes it otherwise)"
+                   : "out of memory");
+  free(again);
+  if (c.bad) {
+    kir_free(k);
+    return NULL;
+  }
+  return k;
 }

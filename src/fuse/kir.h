@@ -159,6 +159,17 @@ int kir_cast(kir_kernel *k, tc_dtype dt, int a);   /* no-op if same dtype */
 void kir_print(const kir_kernel *k, FILE *out);
 /* kir_print into a malloc'd string (caller frees); NULL on failure. */
 char *kir_text(const kir_kernel *k);
+/* The inverse of kir_print: the kernel (from kir_new; kir_free it) whose
+** canonical text is exactly `text`, or NULL with a one-line reason ("line
+** N: ..."). The text is untrusted (a store's meta): every malformed,
+** out-of-range or inconsistent field is refused (operands that are not
+** earlier instructions, buffers, scalars or passes that do not exist,
+** counts past the KIR_MAX_* limits, a LOAD, GATHER or ROWVAR not of its
+** source's dtype, a store into an input), and so is any text kir_print
+** would not write (so a key made from the text names one kernel). Fields
+** kir_print does not write are as kir_new leaves them (a MAP kernel's row
+** length and row strides 0). */
+kir_kernel *kir_parse(const char *text, char *why, size_t wlen);
 
 /* -- Dynamic layout -------------------------------------------------------- */
 /* For dynamic kernels the `dims` argument holds, in order: the outer sizes

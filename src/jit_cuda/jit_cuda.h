@@ -183,6 +183,8 @@ int jcuda_launch_kernel(jcuda_function fn, const kir_kernel *k,
 ** when k uses something the renderer does not emit (an integer DIV, a
 ** transcendental of an integer) or memory runs out. */
 char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen);
+/* The APPROX_FMA the rendered kernels define (the host build's, 0 or 1). */
+int jcuda_render_fma(void);
 
 /* -- NVRTC -------------------------------------------------------------------- */
 
@@ -205,9 +207,11 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
                         char **image, size_t *len, char **log);
 
 /* The text the cache key of a CUDA kernel hashes besides the IR: backend,
-** NVRTC version, options and arch, and the renderer's version
-** ("cuda nvrtc 13.0 sm_90 render 1 -fmad=false ..."). Into buf; returns
-** buf. */
+** NVRTC version, options and arch, the renderer's version and the
+** APPROX_FMA it pastes into every kernel (the host build's: a store shared
+** by builds that differ in it must not mix their cubins)
+** ("cuda nvrtc 13.0 sm_90 render 4 fma 1 -fmad=false ..."). Into buf;
+** returns buf. */
 #define JCUDA_RENDER_VERSION 4
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 

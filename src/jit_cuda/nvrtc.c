@@ -126,8 +126,9 @@ const char *jcuda_nvrtc_options(void)
 
 const char *jcuda_key_text(const char *arch, char *buf, size_t len)
 {
-  snprintf(buf, len, "cuda %s %s render %d %s", jcuda_nvrtc_version(), arch,
-           JCUDA_RENDER_VERSION, jcuda_nvrtc_options());
+  snprintf(buf, len, "cuda %s %s render %d fma %d %s", jcuda_nvrtc_version(),
+           arch, JCUDA_RENDER_VERSION, jcuda_render_fma(),
+           jcuda_nvrtc_options());
   return buf;
 }
 

@@ -820,6 +820,8 @@ static void emit_entry(FILE *f, const kir_kernel *k)
           "#endif\n", call[split][0], call[split][1]);
 }
 
+int jcuda_render_fma(void) { return APPROX_FMA; }
+
 char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
 {
   char *text = NULL;

@@ -10,6 +10,7 @@
 #include "trace_int.h"
 #include "../fuse/fuse.h"
 #include "../jit_cpu/jit_cpu.h"
+#include "../cache/store.h"
 
 /* A shape-dynamic plan runs its kernels with the sizes and strides of a
 ** plan built for each run's shapes; the last TUNE_DYNAMIC_LAYOUTS are
@@ -55,6 +56,14 @@ typedef struct trace_kernel trace_kernel;
 ** reference, or NULL with a one-line reason. */
 trace_kernel *trace_kernel_get(const kir_kernel *k, const char *guards,
                                uint64_t region, char *reason, size_t rlen);
+/* Open the disk store once (TC_CACHE, TC_CACHE_DIR); is it open? */
+bool trace_store_open(void);
+/* The store metadata every backend's kernel shares (store.h: ops, kind,
+** shape, instrs, texts borrowed; region 0: none); the caller fills
+** backend, target and compiler. */
+void trace_meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
+                     const char *source, const char *guards, double ms,
+                     uint64_t region);
 /* Drop a reference (a fuse_plan's compiled_free). */
 void trace_kernel_put(void *kernel);
 const jcpu_kernel *trace_kernel_code(const trace_kernel *k);

@@ -35,7 +35,7 @@ _Static_assert(TUNE_KERNEL_BUCKETS == 256,
                "a kernel's bucket is its key's first two hex digits");
 static int ktab_count;          /* entries in the table */
 static uint64_t ktab_clock;
-static bool store_tried, store_warned;
+static bool store_warned;
 
 /* Drop one reference (ktab_lock held); the last one unloads the kernel.
 ** Plans run under the trace lock and are freed under it, so no thread is
@@ -85,15 +85,19 @@ static double now_ms(void)
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void store_lazy_open(void)
+static void store_open_once(void)
 {
-  if (store_tried)
-    return;
-  store_tried = true;
   char why[256];
   if (store_open(NULL, why, sizeof why) < 0 && tensor_log_on(TC_LOG_CACHE))
     tensor_log(TC_LOG_CACHE, "disk store off, kernels stay in memory: %s",
                why);
+}
+
+bool trace_store_open(void)
+{
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, store_open_once);
+  return store_is_open();
 }
 
 /* Append name to the space-separated list in buf; false (with " ...")
@@ -136,17 +140,15 @@ static void ops_text(const kir_kernel *k, char *buf, size_t len)
       return;
 }
 
-static void meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
-                      const char *source, const char *guards, double ms,
-                      uint64_t region)
+void trace_meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
+                     const char *source, const char *guards, double ms,
+                     uint64_t region)
 {
   memset(m, 0, sizeof *m);
   ops_text(k, m->ops, sizeof m->ops);
-  snprintf(m->regions, sizeof m->regions, "%016llx",
-           (unsigned long long)region);
-  snprintf(m->backend, sizeof m->backend, "cpu");
-  snprintf(m->target, sizeof m->target, "%s", jcpu_target());
-  snprintf(m->compiler, sizeof m->compiler, "%s", jcpu_compiler_version());
+  if (region)
+    snprintf(m->regions, sizeof m->regions, "%016llx",
+             (unsigned long long)region);
   snprintf(m->codegen, sizeof m->codegen, "%s", STORE_CODEGEN_VERSION);
   snprintf(m->kind, sizeof m->kind, "%s%s",
            k->kind == KIR_MAP ? "map" : "rows", k->dynamic ? " dyn" : "");
@@ -254,7 +256,7 @@ trace_kernel *trace_kernel_get(const kir_kernel *k,
     e->refs++;   /* the caller's */
     goto out;
   }
-  store_lazy_open();
+  trace_store_open();
   char path[4096];
   store_meta m;
   if (store_is_open() && store_get(key, &m, path, sizeof path) == 0) {
@@ -317,7 +319,10 @@ trace_kernel *trace_kernel_get(const kir_kernel *k,
                  jcpu_last_compile_ms(jk), jcpu_target(),
                  k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
     if (to_disk) {
-      meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
+      trace_meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
+      snprintf(m.backend, sizeof m.backend, "cpu");
+      snprintf(m.target, sizeof m.target, "%s", jcpu_target());
+      snprintf(m.compiler, sizeof m.compiler, "%s", jcpu_compiler_version());
       if (store_put(key, path, &m) < 0) {
         unlink(path);
         if (!store_warned)   /* principle 5: one line, even unasked */

@@ -652,6 +652,7 @@ static void init_once(void)
   tensor_hooks.lock = trace_lock;
   tensor_hooks.unlock = trace_unlock;
   trace_compile_register();
+  trace_cuda_store_register();
 }
 
 /* Called by eager's one-time init (the library's composition root), so a

@@ -89,6 +89,9 @@ void trace_table_unlock(void);
 /* Install fusion + the CPU JIT as the compile hook (done by trace_init,
 ** unless TC_JIT=0). */
 void trace_compile_register(void);
+/* Give eager's CUDA kernel memo the disk store (cuda_kernels.c; done by
+** trace_init). */
+void trace_cuda_store_register(void);
 /* Wait until no background compile is queued or running. */
 void trace_compile_wait(void);
 

@@ -17,6 +17,7 @@
 #include "../../include/tc.h"
 #include "../../src/jit_cuda/jit_cuda.h"
 #include "../../src/trace/trace.h"
+#include "../fuse/kir_roundtrip.h"
 
 
 /* -- Kernels, by source text ------------------------------------------------ */
@@ -334,6 +335,8 @@ static void nvrtc_check(const kir_kernel *k)
   }
   if (first && hook.dump[0])
     dump_kernel(k, n);
+  if (first && kir_rt_problem(k, why, sizeof why))   /* tc-dump's parser */
+    report_failure(k, "kir_parse round trip", why);
   if (!first || !hook.nvrtc || n % hook.nvrtc_every != 0)
     return;
   int rc = hx_nvrtc(k, why, sizeof why);

@@ -16,7 +16,9 @@
 **   host:N    the first N launches of each distinct kernel (the rest run
 **             on the CPU backend, so a test that loops stays fast)
 **   nvrtc     every distinct kernel is also compiled by NVRTC (+ ptxas);
-**   nvrtc:N   every Nth distinct kernel (a sample)
+**   nvrtc:N   every Nth distinct kernel (a sample); with nvrtc or dump,
+**             every distinct kernel's text also goes through kir_parse
+**             and must come back the same kernel (kir_roundtrip.h)
 **   dump=DIR  write each distinct kernel's IR and CUDA C to DIR
 **             (kernel-N.ir, kernel-N.cu), to read or to feed nvcc
 ** and at exit prints one summary line; it exits 1 if any kernel failed to

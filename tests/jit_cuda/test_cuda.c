@@ -634,7 +634,8 @@ static void test_nvrtc_failure_gives_the_log(void **state)
   free(log);
 }
 
-/* The key names what changes the binary: NVRTC, arch, options, renderer. */
+/* The key names what changes the binary: NVRTC, arch, options, renderer,
+** and the host's APPROX_FMA that the renderer pastes in. */
 static void test_key_text(void **state)
 {
   (void)state;
@@ -644,6 +645,9 @@ static void test_key_text(void **state)
   assert_non_null(strstr(buf, "-fmad=false"));
   assert_non_null(strstr(buf, jcuda_nvrtc_version()));
   assert_non_null(strstr(buf, "render"));
+  char fma[16];
+  snprintf(fma, sizeof fma, " fma %d ", jcuda_render_fma());
+  assert_non_null(strstr(buf, fma));
 }
 
 int main(int argc, char **argv)

@@ -77,13 +77,24 @@ int cuDeviceGet(int *d, int ordinal)
   return ordinal == 0 ? OK : ERR_INVALID_VALUE;
 }
 
+/* Compute capability: 9.0, or TC_FAKE_CUDA_CC ("8.6") to stand for
+** another device (the kernel store keys cubins by arch). */
+static int capability(int part)
+{
+  const char *cc = getenv("TC_FAKE_CUDA_CC");
+  int major = 9, minor = 0;
+  if (cc && sscanf(cc, "%d.%d", &major, &minor) != 2)
+    major = 9, minor = 0;
+  return part ? minor : major;
+}
+
 int cuDeviceGetAttribute(int *v, int attr, int d)
 {
   (void)d;
   switch (attr) {
   case 16: *v = 2; return OK;    /* multiprocessors */
-  case 75: *v = 9; return OK;    /* compute capability */
-  case 76: *v = 0; return OK;
+  case 75: *v = capability(0); return OK;
+  case 76: *v = capability(1); return OK;
   }
   return ERR_INVALID_VALUE;
 }
