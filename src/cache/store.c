@@ -32,6 +32,19 @@
 
 /* Recursive: put calls prune, and store_each callbacks may call back in. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+/* What this process knows of the store's size: the total its last scan
+** found (after evicting), plus the bytes it has put since. A scan reads
+** every meta (linear in the entries: 266 took 40-90 ms on the dev machine,
+** so a full store of small kernels takes seconds), so a put scans only
+** when that sum passes the cap, or when this
+** process alone has put a sixteenth of the cap since its last scan (other
+** processes grow the store too: the cap holds to within what they put
+** meanwhile). The first put of a process, or after store_open, scans. */
+static struct {
+  bool known;
+  uint64_t bytes, since;
+} sized;
 static char root_dir[PATH_MAX];   /* "<root>/v2"; empty when closed */
 static bool marker_required = STORE_MARKER_REQUIRED;
 
@@ -821,6 +834,7 @@ static int open_root(const char *root, bool create, char *why, size_t wlen)
   }
   pthread_mutex_lock(&mu);
   snprintf(root_dir, sizeof root_dir, "%s", dir);
+  sized.known = false;         /* another store, perhaps */
   pthread_mutex_unlock(&mu);
   return 0;
 }
@@ -976,6 +990,8 @@ static int copy_in(const char *bytes, size_t n, const char *dir, char *tmp,
   return rc;
 }
 
+static void prune_if_due(uint64_t added, uint64_t max_bytes);
+
 int store_put(const char *key, const char *tmp_so, const store_meta *m)
 {
   char dir[PATH_MAX], art[PATH_MAX], mpath[PATH_MAX], copy[PATH_MAX] = "";
@@ -1038,7 +1054,7 @@ int store_put(const char *key, const char *tmp_so, const store_meta *m)
     goto out;
   }
   ret = 0;
-  store_prune(tensor_cfg()->cache_max_mb << 20);
+  prune_if_due(n + e.bytes, tensor_cfg()->cache_max_mb << 20);
 out:
   if (ret < 0)
     unlink(tmp_so);            /* consumed either way: no temp left behind */
@@ -1445,6 +1461,19 @@ static int cmp_lru(const void *a, const void *b)
   return strcmp(x->key, y->key);
 }
 
+
+static void prune_if_due(uint64_t added, uint64_t max_bytes)
+{
+  pthread_mutex_lock(&mu);
+  sized.bytes += added;
+  sized.since += added;
+  bool due = !sized.known || sized.bytes > max_bytes ||
+             sized.since > max_bytes / 16;
+  if (due)
+    store_prune(max_bytes);
+  pthread_mutex_unlock(&mu);
+}
+
 int64_t store_prune(uint64_t max_bytes)
 {
   lru_ctx c = { .reap = true, .collect = true };
@@ -1470,6 +1499,9 @@ int64_t store_prune(uint64_t max_bytes)
   if (freed > 0)
     logc("pruned %" PRId64 " bytes; %" PRIu64 " left (cap %" PRIu64 ")",
          freed, c.total, max_bytes);
+  sized.known = true;
+  sized.bytes = c.total;
+  sized.since = 0;
 out:
   free(c.v);
   pthread_mutex_unlock(&mu);
@@ -1517,6 +1549,7 @@ int store_clear(FILE *report, int *failed)
 {
   clear_ctx c = { report, 0, 0 };
   pthread_mutex_lock(&mu);
+  sized.known = false;
   int rc = each_dir(clear_dir, &c);
   pthread_mutex_unlock(&mu);
   if (failed)

@@ -759,6 +759,46 @@ static void test_store_max_mb(void **state)
   store_meta_free(&m);
 }
 
+/* A put scans the store (to evict) only when this process's idea of its
+** size passes the cap, or once it has itself put a sixteenth of the cap
+** since its last scan: what another process adds meanwhile goes then. */
+static void test_store_prune_amortized(void **state)
+{
+  (void)state;
+  store_meta m;
+  char so[PATH_MAX];
+  setenv("TC_CACHE_MAX_MB", "1", 1);
+  tensor_config_reload();
+  assert_int_equal(put_n(70, 1000), 0);       /* the first put scans */
+  pause_ms(30);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {                             /* another process: 1.2 MiB */
+    char why[256];
+    unsetenv("TC_CACHE_MAX_MB");
+    tensor_config_reload();
+    int rc = store_open(root, why, sizeof why);
+    for (int i = 0; i < 3 && rc == 0; i++) {
+      rc = put_n(71 + i, 400 << 10);
+      pause_ms(30);
+    }
+    _exit(rc == 0 ? 0 : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_int_equal(put_n(74, 1000), 0);       /* too little to look */
+  assert_true(store_size() > (1 << 20));
+  assert_int_equal(put_n(75, 70 << 10), 0);   /* over a sixteenth: scans */
+  assert_true(store_size() <= (1 << 20));
+  assert_int_equal(get_i(70, &m, so, sizeof so), -1);   /* oldest first */
+  assert_int_equal(get_i(71, &m, so, sizeof so), -1);
+  assert_int_equal(get_i(75, &m, so, sizeof so), 0);
+  store_meta_free(&m);
+  unsetenv("TC_CACHE_MAX_MB");
+  tensor_config_reload();
+}
+
 /* A file made to look old enough for verify to reap. */
 static void make_old(const char *path)
 {
@@ -1423,6 +1463,7 @@ int main(int argc, char **argv)
     T(test_store_get_races_put),
     T(test_store_prune_lru),
     T(test_store_max_mb),
+    T(test_store_prune_amortized),
     T(test_store_verify),
     T(test_store_each_clear),
     T(test_store_not_regular),
