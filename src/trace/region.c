@@ -407,6 +407,10 @@ static int region_build(builder *b, reqs *q, int64_t small, uint64_t before)
       return -1;
     b->cap_outputs = cap;
   }
+  r->device = r->nnodes ? r->nodes[0]->device : TC_DEV_CPU;
+  for (int i = 1; i < r->nnodes; i++)
+    if (r->nodes[i]->device != r->device)
+      r->device = TRACE_DEVICE_MIXED;
   r->noutputs = q->n;
   memset(r->result, 0, sizeof *r->result * (size_t)q->n);
   for (int i = 0; i < q->n; i++) {
@@ -469,10 +473,18 @@ static tc_tensor *run_node(trace_node *n, tc_tensor **val)
     if ((n->in[i].node || n->in[i].leaf) &&
         !(c.in[i] = edge_tensor(&n->in[i], val)))
       ok = false;
-  tc_tensor *out = ok ? eager_lookup(TC_KEY_CPU, c.op)(&c) : NULL;
+  tc_tensor *out = ok ? trace_backend(n->device, c.op)(&c) : NULL;
   for (int i = 0; i < n->nin; i++)
     tensor_unref(c.in[i]);
   return out;
+}
+
+int trace_copy_into(tc_tensor *dst, tc_tensor *src)
+{
+  if (tensor_device_of(dst) == TC_DEV_CUDA)
+    return eager_cuda_copy_into(dst, src);
+  eager_copy_into(dst, src);
+  return 0;
 }
 
 /* Run every node with the eager kernels, freeing each temporary after its
@@ -579,14 +591,18 @@ void trace_table_unlock(void) { pthread_mutex_unlock(&table_lock); }
 
 /* -- Realization ---------------------------------------------------------- */
 
-static void finish(trace_region *r)
+/* Bind the outputs; -1 (error set) when a write-back's copy failed (a
+** device error), the rest still bound. */
+static int finish(trace_region *r)
 {
+  int rc = 0;
   for (int i = 0; i < r->noutputs; i++) {
     trace_node *n = r->outputs[i];
     tc_tensor *v = r->result[i];
     if (r->dest[i]) {
-      if (v)   /* eager result; a plan writes dest itself */
-        eager_copy_into(r->dest[i], v);
+      if (v && trace_copy_into(r->dest[i], v) < 0)   /* eager result; a
+                                                        plan writes dest */
+        rc = -1;
       if (n->binds && !n->value)   /* lazy readers read it there */
         n->value = tensor_ref(r->dest[i]);
       pending_drop(r->dest[i]);
@@ -595,6 +611,7 @@ static void finish(trace_region *r)
       trace_materialize_handles(n, v);
     }
   }
+  return rc;
 }
 
 static void clear_binds(reqs *q)
@@ -659,7 +676,7 @@ static int realize(reqs *q)
   }
   eager_tls_set(saved);
   if (rc == 0)
-    finish(r);
+    rc = finish(r);
   clear_binds(q);
   for (int i = 0; i < r->nnodes; i++)
     r->nodes[i]->slot = -1;

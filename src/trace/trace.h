@@ -37,6 +37,8 @@ struct trace_node {
   int refs;
   uint16_t op;           /* tc_op */
   uint8_t dtype, cdtype;
+  uint8_t device;        /* TC_DEV_*: where its value is computed (every
+                            tensor it reads is there: checked at the call) */
   int ndim;
   int64_t shape[TC_MAX_DIMS];
   int nin;
@@ -72,7 +74,14 @@ typedef struct {
   tc_tensor **result;        /* per output, set by the run: its value */
   uint64_t hash;             /* structure hash (nodes, alias pattern,
                                 outputs) */
+  int device;                /* TC_DEV_* of every node, or
+                                TRACE_DEVICE_MIXED */
 } trace_region;
+
+/* A region whose nodes are on different devices (independent values
+** realized together: tc_sync with writes pending on both): it runs
+** eagerly, each node on its own device, and is never compiled. */
+#define TRACE_DEVICE_MIXED (-1)
 
 /* The compile hook, called (table unlocked) once a region is hot, its entry
 ** in state CACHE_COMPILING. It makes a plan and publishes it under the
