@@ -620,7 +620,35 @@ static void clear_binds(reqs *q)
     q->at[i].node->binds = false;
 }
 
+static int realize_one_device(reqs *q);
+static void reqs_free(reqs *q);
+
+/* Values on different devices share no node (every op's tensors are on
+** one device), so a realization that asks for both (tc_sync, the node
+** limit) is one region per device: each is compiled for its device. */
 static int realize(reqs *q)
+{
+  bool cpu = false, cuda = false;
+  for (int i = 0; i < q->n; i++) {
+    cpu |= q->at[i].node->device == TC_DEV_CPU;
+    cuda |= q->at[i].node->device == TC_DEV_CUDA;
+  }
+  if (!cpu || !cuda)
+    return realize_one_device(q);
+  int rc = 0;
+  for (int dev = TC_DEV_CPU; dev <= TC_DEV_CUDA && rc == 0; dev++) {
+    reqs part = REQS_INIT(part);
+    for (int i = 0; i < q->n && rc == 0; i++)
+      if (q->at[i].node->device == dev)
+        rc = req_add(&part, q->at[i].node, q->at[i].dest);
+    rc = rc < 0 ? tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1
+                : realize_one_device(&part);
+    reqs_free(&part);
+  }
+  return rc;
+}
+
+static int realize_one_device(reqs *q)
 {
   if (q->n == 0)
     return 0;

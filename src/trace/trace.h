@@ -78,9 +78,9 @@ typedef struct {
                                 TRACE_DEVICE_MIXED */
 } trace_region;
 
-/* A region whose nodes are on different devices (independent values
-** realized together: tc_sync with writes pending on both): it runs
-** eagerly, each node on its own device, and is never compiled. */
+/* A region whose nodes are on different devices: realization cuts one
+** region per device, so none should arise; one would run eagerly, each
+** node on its own device, and never be compiled. */
 #define TRACE_DEVICE_MIXED (-1)
 
 /* The compile hook, called (table unlocked) once a region is hot, its entry
