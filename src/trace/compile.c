@@ -339,11 +339,6 @@ static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash,
 ** compile now or in the background. */
 static void compile_region(const trace_region *r, cache_entry *e)
 {
-  if (r->device == TRACE_DEVICE_MIXED) {
-    publish(e, NULL, r->device, -1, NULL, "the region computes on cpu and "
-            "on cuda", r->hash);
-    return;
-  }
   /* CUDA kernels are always shape-dynamic: the memo knows a kernel by its
   ** code, sizes being arguments, so one NVRTC compile serves every shape
   ** (guards still tell shape variants apart, as on the CPU). */

@@ -408,9 +408,8 @@ static int region_build(builder *b, reqs *q, int64_t small, uint64_t before)
     b->cap_outputs = cap;
   }
   r->device = r->nnodes ? r->nodes[0]->device : TC_DEV_CPU;
-  for (int i = 1; i < r->nnodes; i++)
-    if (r->nodes[i]->device != r->device)
-      r->device = TRACE_DEVICE_MIXED;
+  for (int i = 1; i < r->nnodes; i++)   /* realize cuts per device */
+    TC_ASSERT(r->nodes[i]->device == r->device, "a region on two devices");
   r->noutputs = q->n;
   memset(r->result, 0, sizeof *r->result * (size_t)q->n);
   for (int i = 0; i < q->n; i++) {

@@ -74,14 +74,9 @@ typedef struct {
   tc_tensor **result;        /* per output, set by the run: its value */
   uint64_t hash;             /* structure hash (nodes, alias pattern,
                                 outputs) */
-  int device;                /* TC_DEV_* of every node, or
-                                TRACE_DEVICE_MIXED */
+  int device;                /* TC_DEV_* of every node (realization
+                                cuts one region per device) */
 } trace_region;
-
-/* A region whose nodes are on different devices: realization cuts one
-** region per device, so none should arise; one would run eagerly, each
-** node on its own device, and never be compiled. */
-#define TRACE_DEVICE_MIXED (-1)
 
 /* The compile hook, called (table unlocked) once a region is hot, its entry
 ** in state CACHE_COMPILING. It makes a plan and publishes it under the
