@@ -634,15 +634,24 @@ static int realize(reqs *q)
   }
   if (!cpu || !cuda)
     return realize_one_device(q);
+  /* Both parts first, their nodes held: realizing one frees nodes of q
+  ** (a write-back drops its pending write's node). */
+  reqs part[2] = { REQS_INIT(part[0]), REQS_INIT(part[1]) };
   int rc = 0;
-  for (int dev = TC_DEV_CPU; dev <= TC_DEV_CUDA && rc == 0; dev++) {
-    reqs part = REQS_INIT(part);
-    for (int i = 0; i < q->n && rc == 0; i++)
-      if (q->at[i].node->device == dev)
-        rc = req_add(&part, q->at[i].node, q->at[i].dest);
-    rc = rc < 0 ? tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1
-                : realize_one_device(&part);
-    reqs_free(&part);
+  for (int i = 0; i < q->n && rc == 0; i++)
+    rc = req_add(&part[q->at[i].node->device == TC_DEV_CUDA], q->at[i].node,
+                 q->at[i].dest);
+  if (rc < 0)
+    tc_seterr(TC_E_NOMEM, "out of memory realizing");
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < part[d].n; i++)
+      trace_node_retain(part[d].at[i].node);
+  for (int d = 0; d < 2 && rc == 0; d++)
+    rc = realize_one_device(&part[d]);
+  for (int d = 0; d < 2; d++) {
+    for (int i = 0; i < part[d].n; i++)
+      trace_node_release(part[d].at[i].node);
+    reqs_free(&part[d]);
   }
   return rc;
 }
