@@ -583,8 +583,8 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
   if (want < 0)
     return NULL;
   if (want == tensor_device_of(t)) {   /* a new handle on the same data */
-    tensor_geom g, r;                  /* (a lazy tensor stays lazy: it is
-                                          on the CPU) */
+    tensor_geom g, r;                  /* (a lazy tensor stays lazy, on
+                                          the device its node is for) */
     tensor_geom_of(t, &g);
     geom_identity(t, &r);
     return handed_out(view_of(fn, t, &g, &r));

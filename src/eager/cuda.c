@@ -19,7 +19,7 @@
 
 #include "eager.h"
 #include "../fuse/fuse.h"
-#include "../jit_cuda/jit_cuda.h"
+#include "eager_cuda.h"
 
 /* -- Device memory, for tensor ----------------------------------------------- */
 
@@ -290,6 +290,28 @@ static tc_tensor *ref_tensor(op_run *r, fuse_ref ref)
   return NULL;
 }
 
+jcuda_function eager_cuda_kernel(const char *fn, const kir_kernel *k)
+{
+  return kernel_function(fn, k);
+}
+
+int eager_cuda_launch(const char *fn, jcuda_function f, const kir_kernel *k,
+                      char *const *bufs, const double *scal,
+                      const int64_t *dims)
+{
+  int64_t units = kir_units(k);
+  if (units == 0)
+    return 0;
+  void *params = malloc(jcuda_params_size(k));
+  if (!params)
+    return tc_seterr(TC_E_NOMEM, "%s: out of memory", fn), -1;
+  jcuda_params_pack(k, params, bufs, scal, dims, 0, units);
+  int rc = jcuda_launch_kernel(f, k, params);   /* split reductions too */
+  eager_count(ST_KERNELS_LAUNCHED);
+  free(params);
+  return rc;
+}
+
 static int run_kernel_step(op_run *r, const fuse_step *st)
 {
   const kir_kernel *k = st->k;
@@ -305,27 +327,19 @@ static int run_kernel_step(op_run *r, const fuse_step *st)
   for (int i = 0; i < st->nscal; i++)
     scal[i] = st->scal[i].which == FUSE_SCALAR_ROW_LEN ? (double)k->row_len
               : r->c->s[st->scal[i].which];
-  int64_t units = kir_units(k);
-  if (units == 0)
+  if (kir_units(k) == 0)
     return 0;
   jcuda_function f = kernel_function(r->c->fn, k);
   if (!f)
     return -1;
   int ndyn = k->dynamic ? kir_dyn_len(k) : 0;
   int64_t *dims = ndyn ? malloc(sizeof(int64_t) * (size_t)ndyn) : NULL;
-  void *params = malloc(jcuda_params_size(k));
-  int rc = -1;
-  if ((ndyn && !dims) || !params) {
-    tc_seterr(TC_E_NOMEM, "%s: out of memory", r->c->fn);
-  } else {
-    if (dims)
-      kir_dyn_fill(k, dims);
-    jcuda_params_pack(k, params, bufs, scal, dims, 0, units);
-    rc = jcuda_launch_kernel(f, k, params);   /* split reductions too */
-    eager_count(ST_KERNELS_LAUNCHED);
-  }
+  if (ndyn && !dims)
+    return tc_seterr(TC_E_NOMEM, "%s: out of memory", r->c->fn), -1;
+  if (dims)
+    kir_dyn_fill(k, dims);
+  int rc = eager_cuda_launch(r->c->fn, f, k, bufs, scal, dims);
   free(dims);
-  free(params);
   return rc;
 }
 
@@ -433,6 +447,14 @@ static bool cpu_scalar(const tc_tensor *t)
   return t->ndim == 0 && tensor_device_of(t) == TC_DEV_CPU;
 }
 
+int eager_call_device(const eager_call *c)
+{
+  for (int e = 0; e < c->nin; e++)
+    if (c->in[e] && tensor_device_of(c->in[e]) == TC_DEV_CUDA)
+      return TC_DEV_CUDA;
+  return c->dst ? tensor_device_of(c->dst) : TC_DEV_CPU;
+}
+
 /* Every tensor of c on the device (0-d CPU operands aside)? Else the error
 ** the contract names. */
 static bool one_device(const eager_call *c)
@@ -535,7 +557,7 @@ static tc_tensor *cuda_matmul(const eager_call *c)
 /* An in-place op: its twin computed into the target. A source that
 ** overlaps the target as another view is copied first (each point must
 ** read the values from before the write). */
-static tc_tensor *cuda_inplace(const eager_call *c)
+static tc_tensor *twin_into_target(const eager_call *c)
 {
   eager_call fc = *c;
   tc_tensor *copy = NULL;
@@ -554,6 +576,12 @@ static tc_tensor *cuda_inplace(const eager_call *c)
     }
   tc_tensor *r = run_one_node(&fc, (tc_op)op_table[c->op].twin, c->dst);
   tensor_unref(copy);
+  return r;
+}
+
+static tc_tensor *cuda_inplace(const eager_call *c)
+{
+  tc_tensor *r = twin_into_target(c);
   if (r)
     atomic_fetch_add(&c->dst->storage->version, 1);   /* as eager CPU */
   return r;
@@ -561,24 +589,47 @@ static tc_tensor *cuda_inplace(const eager_call *c)
 
 static tc_tensor *cuda_dispatch(const eager_call *c);
 
+int eager_cuda_operands(const eager_call *c, eager_call *dc,
+                        tc_tensor *moved[3])
+{
+  *dc = *c;
+  moved[0] = moved[1] = moved[2] = NULL;
+  if (!one_device(c))
+    return -1;
+  for (int e = 0; e < c->nin; e++)
+    if (c->in[e] && cpu_scalar(c->in[e]) && c->op != TC_OP_VIEW) {
+      if (tensor_make_readable(c->in[e]) < 0 ||
+          !(moved[e] = eager_cuda_from_host(c->fn, c->in[e]))) {
+        for (int i = 0; i < 3; i++)
+          tensor_unref(moved[i]);
+        return -1;
+      }
+      dc->in[e] = moved[e];
+    }
+  return 0;
+}
+
 /* c with its 0-d CPU operands copied to the device first. */
 static tc_tensor *cuda_op(const eager_call *c)
 {
-  if (!one_device(c))
+  eager_call dc;
+  tc_tensor *moved[3];
+  if (eager_cuda_operands(c, &dc, moved) < 0)
     return NULL;
-  eager_call dc = *c;
-  tc_tensor *moved[3] = { NULL, NULL, NULL };
-  bool ok = true;
-  for (int e = 0; e < c->nin && ok; e++)
-    if (c->in[e] && cpu_scalar(c->in[e]) && c->op != TC_OP_VIEW) {
-      ok = tensor_make_readable(c->in[e]) == 0 &&
-           (moved[e] = eager_cuda_from_host(c->fn, c->in[e])) != NULL;
-      dc.in[e] = moved[e];
-    }
-  tc_tensor *r = ok ? cuda_dispatch(&dc) : NULL;
+  tc_tensor *r = cuda_dispatch(&dc);
   for (int e = 0; e < 3; e++)
     tensor_unref(moved[e]);
   return r;
+}
+
+int eager_cuda_copy_into(tc_tensor *dst, tc_tensor *src)
+{
+  eager_call c = { .op = TC_OP_COPY_, .fn = "copy", .nin = 2,
+                   .in = { dst, src }, .dtype = (tc_dtype)dst->dtype,
+                   .cdtype = (tc_dtype)dst->dtype, .ndim = dst->ndim,
+                   .dst = dst };
+  memcpy(c.shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim);
+  return twin_into_target(&c) ? 0 : -1;   /* a write-back: no new version */
 }
 
 static tc_tensor *cuda_dispatch(const eager_call *c)

@@ -30,13 +30,6 @@ void eager_global_include(uint32_t keys, bool on)
 
 static tc_tensor *run_highest(const eager_call *c, uint32_t ks);
 
-/* Regions are not traced on CUDA tensors yet: ops on them run eagerly on
-** the device even under TC_COMPILE (one bit test on the CPU path). */
-static inline uint32_t without_trace_on_cuda(uint32_t ks)
-{
-  return ks & TC_KEYSET(TC_KEY_CUDA) ? ks & ~TC_KEYSET(TC_KEY_TRACE) : ks;
-}
-
 tc_tensor *eager_dispatch(const eager_call *c)
 {
   uint32_t ks = atomic_load_explicit(&global_include, memory_order_relaxed)
@@ -47,7 +40,7 @@ tc_tensor *eager_dispatch(const eager_call *c)
   if (c->dst)
     ks |= c->dst->keys;
   eager_count(ST_OPS);
-  return run_highest(c, without_trace_on_cuda(ks) & ~tls.exclude);
+  return run_highest(c, ks & ~tls.exclude);
 }
 
 tc_tensor *eager_redispatch(const eager_call *c, tc_key below)
@@ -59,8 +52,7 @@ tc_tensor *eager_redispatch(const eager_call *c, tc_key below)
       ks |= c->in[i]->keys;
   if (c->dst)
     ks |= c->dst->keys;
-  return run_highest(c, without_trace_on_cuda(ks) & ~tls.exclude &
-                          (TC_KEYSET(below) - 1));
+  return run_highest(c, ks & ~tls.exclude & (TC_KEYSET(below) - 1));
 }
 
 static tc_tensor *run_highest(const eager_call *c, uint32_t ks)

@@ -274,10 +274,13 @@ tc_tensor *tensor_new_external(tc_dtype dt, int ndim, const int64_t *shape,
 ** device's). TC_DEV_CPU is tensor_new. */
 tc_tensor *tensor_new_on(int device, tc_dtype dt, int ndim,
                          const int64_t *shape);
-/* The device a tensor's data is on (a lazy tensor: the CPU's). */
+/* The device a tensor's data is on; a lazy tensor's will be there, as
+** its key set says (trace gives a lazy handle its node's device key). */
 static inline int tensor_device_of(const tc_tensor *t)
 {
-  return t->storage ? t->storage->device : TC_DEV_CPU;
+  if (t->storage)
+    return t->storage->device;
+  return t->keys & TC_KEYSET(TC_KEY_CUDA) ? TC_DEV_CUDA : TC_DEV_CPU;
 }
 /* A new handle over t's storage with the given geometry (a view). */
 tc_tensor *tensor_new_view(const tc_tensor *t, int ndim, const int64_t *shape,

@@ -123,17 +123,24 @@ static char *guards_text(const trace_region *r, bool dynamic)
 /* Compile every kernel of plan fp: 0; or 1 when some failed, with *eager
 ** (allocated) marking the region nodes they compute and reason the first
 ** failure's; or -1 with reason (out of memory). */
-static int plan_compile(fuse_plan *fp, const char *guards, uint64_t region,
-                        bool **eager, char *reason, size_t rlen)
+static int plan_compile(fuse_plan *fp, int device, const char *guards,
+                        uint64_t region, bool **eager, char *reason,
+                        size_t rlen)
 {
-  fp->compiled_free = trace_kernel_put;   /* each step holds its kernel */
+  /* A CPU step holds a reference to its kernel table entry; a CUDA step's
+  ** function belongs to the memo, for the process's life. */
+  fp->compiled_free = device == TC_DEV_CUDA ? NULL : trace_kernel_put;
   *eager = NULL;
   char why[256];
   for (int s = 0; s < fp->nsteps; s++) {
     fuse_step *st = &fp->steps[s];
-    if (st->kind != FSTEP_KERNEL ||
-        (st->compiled = trace_kernel_get(st->k, guards, region, why,
-                                         sizeof why)))
+    if (st->kind != FSTEP_KERNEL)
+      continue;
+    st->compiled = device == TC_DEV_CUDA
+                   ? trace_cuda_kernel_get(st->k, why, sizeof why)
+                   : (void *)trace_kernel_get(st->k, guards, region, why,
+                                              sizeof why);
+    if (st->compiled)
       continue;
     if (!trace_kernels_exiting())   /* a compile cut by exit failed nothing */
       eager_count(ST_COMPILE_FAILURES);
@@ -157,6 +164,7 @@ typedef struct job {
   fuse_plan *plan;           /* owned until published */
   char *guards;              /* owned */
   uint64_t hash;
+  int device;                /* TC_DEV_* of the region */
   struct job *next;
 } job;
 
@@ -177,8 +185,8 @@ static struct {
 ** kernels failed) the region nodes to run eagerly next time, the region
 ** cold again so that it is compiled again without fusing them, the other
 ** kernels coming from the kernel table; or (rc -1) eager for good. */
-static void publish(cache_entry *e, fuse_plan *fp, int rc, bool *eager,
-                    const char *why, uint64_t hash)
+static void publish(cache_entry *e, fuse_plan *fp, int device, int rc,
+                    bool *eager, const char *why, uint64_t hash)
 {
   trace_plan *tp = rc == 0 ? calloc(1, sizeof *tp) : NULL;
   if (rc == 0 && !tp) {
@@ -190,6 +198,8 @@ static void publish(cache_entry *e, fuse_plan *fp, int rc, bool *eager,
   if (rc == 0) {
     tp->plan = fp;
     tp->eager = e->eager_nodes;   /* the entry outlives its plan */
+    tp->device = device;
+    tp->fixed = !e->guards->dynamic;
     e->plan = tp;
     e->plan_free = trace_plan_free;
     e->state = CACHE_COMPILED;
@@ -240,9 +250,9 @@ static void *compile_thread(void *arg)
     pthread_mutex_unlock(&q.lock);
     char reason[256] = "";
     bool *eager;
-    int rc = plan_compile(j->plan, j->guards, j->hash, &eager, reason,
-                          sizeof reason);
-    publish(j->e, j->plan, rc, eager, reason, j->hash);
+    int rc = plan_compile(j->plan, j->device, j->guards, j->hash, &eager,
+                          reason, sizeof reason);
+    publish(j->e, j->plan, j->device, rc, eager, reason, j->hash);
     free(j->guards);
     free(j);
     pthread_mutex_lock(&q.lock);
@@ -292,12 +302,13 @@ static void stop_register(void) { atexit(compile_stop); }
 
 static bool async_on(void) { return tensor_cfg()->async; }
 
-static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash)
+static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash,
+                   int device)
 {
   job *j = malloc(sizeof *j);
   if (!j)
     return -1;
-  *j = (job){ e, fp, guards, hash, NULL };
+  *j = (job){ e, fp, guards, hash, device, NULL };
   pthread_mutex_lock(&q.lock);
   if (q.stopping) {
     pthread_mutex_unlock(&q.lock);
@@ -328,7 +339,10 @@ static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash)
 ** compile now or in the background. */
 static void compile_region(const trace_region *r, cache_entry *e)
 {
-  bool dynamic = e->guards->dynamic;
+  /* CUDA kernels are always shape-dynamic: the memo knows a kernel by its
+  ** code, sizes being arguments, so one NVRTC compile serves every shape
+  ** (guards still tell shape variants apart, as on the CPU). */
+  bool dynamic = e->guards->dynamic || r->device == TC_DEV_CUDA;
   char reason[256] = "";
   trace_graph gb;
   fuse_plan *fp = NULL;
@@ -341,29 +355,33 @@ static void compile_region(const trace_region *r, cache_entry *e)
   }
   trace_graph_free(&gb);
   if (!fp) {
-    publish(e, NULL, -1, NULL, reason, r->hash);
+    publish(e, NULL, r->device, -1, NULL, reason, r->hash);
     return;
   }
   if (tensor_log_on(TC_LOG_FUSION))
     tensor_log(TC_LOG_FUSION, "region %016llx: %d nodes -> %d kernels, %d "
-               "steps%s", (unsigned long long)r->hash, r->nnodes,
+               "steps%s%s", (unsigned long long)r->hash, r->nnodes,
                fuse_plan_kernels(fp), fp->nsteps,
-               dynamic ? " (shape-dynamic)" : "");
+               dynamic ? " (shape-dynamic)" : "",
+               r->device == TC_DEV_CUDA ? " on cuda" : "");
   if (debug_on())
     fuse_plan_dump(fp, stderr);
   char *guards = guards_text(r, dynamic);
   pthread_once(&stop_once, stop_register);
   /* TC_JIT_WORKER=0 compiles inline: libgccjit in this process registers
-  ** exit-time destructors that a background compile could race. */
-  if (async_on() && worker_on() && enqueue(e, fp, guards, r->hash) == 0)
+  ** exit-time destructors that a background compile could race (NVRTC
+  ** runs in this process either way). */
+  if (async_on() && (worker_on() || r->device == TC_DEV_CUDA) &&
+      enqueue(e, fp, guards, r->hash, r->device) == 0)
     return;   /* the compile thread owns fp and guards now */
   bool *eager;
-  int rc = plan_compile(fp, guards, r->hash, &eager, reason, sizeof reason);
+  int rc = plan_compile(fp, r->device, guards, r->hash, &eager, reason,
+                        sizeof reason);
   free(guards);
-  publish(e, fp, rc, eager, reason, r->hash);
+  publish(e, fp, r->device, rc, eager, reason, r->hash);
 }
 
-/* Called by trace_init: fusion and the CPU JIT become the compile hook. */
+/* Called by trace_init: fusion and the JITs become the compile hook. */
 void trace_compile_register(void)
 {
   if (!tensor_cfg()->jit)

@@ -28,6 +28,11 @@ typedef struct {
   uint64_t clock;
   const bool *eager;   /* the region nodes it runs eagerly (its entry's
                           eager_nodes), or NULL */
+  int device;          /* TC_DEV_*: where its kernels run and its
+                          temporaries and outputs live */
+  bool fixed;          /* its guards fix every size and stride: the plan
+                          as built runs every time (a CUDA plan's kernels
+                          are shape-dynamic even then) */
 } trace_plan;
 
 void trace_plan_free(void *plan);   /* cache_entry.plan_free */
@@ -64,6 +69,12 @@ bool trace_store_open(void);
 void trace_meta_fill(store_meta *m, const kir_kernel *k, const char *ir,
                      const char *source, const char *guards, double ms,
                      uint64_t region);
+/* The CUDA function for shape-dynamic kernel k, from the CUDA key's
+** kernel memo (eager_cuda.h: eager ops and compiled regions share it;
+** NVRTC compiles on a miss, counted and timed here). It lives as long as
+** the process. NULL with a one-line reason. */
+jcuda_function trace_cuda_kernel_get(const kir_kernel *k, char *reason,
+                                     size_t rlen);
 /* Drop a reference (a fuse_plan's compiled_free). */
 void trace_kernel_put(void *kernel);
 const jcpu_kernel *trace_kernel_code(const trace_kernel *k);

@@ -357,6 +357,42 @@ out:
   return e;
 }
 
+jcuda_function trace_cuda_kernel_get(const kir_kernel *k, char *reason,
+                                     size_t rlen)
+{
+  if (!compile_begin()) {
+    snprintf(reason, rlen, "compile cancelled: the process is exiting");
+    return NULL;
+  }
+  /* A miss loads from the store or compiles inside the memo, which counts
+  ** and times it (compile_ms); the compile count tells this call's compile
+  ** from a hit, for the log. */
+  tc_status code = tc_errcode();   /* the thread's error is kept: a
+                                      failed compile is no op's error */
+  char saved[256] = "";
+  if (code)
+    snprintf(saved, sizeof saved, "%s", tc_last_error());
+  uint64_t before = atomic_load(&eager_stats[ST_KERNELS_COMPILED]);
+  double t0 = now_ms();
+  jcuda_function f = eager_cuda_kernel("compiled region", k);
+  double ms = now_ms() - t0;
+  if (!f) {
+    snprintf(reason, rlen, "%s", tc_last_error() ? tc_last_error()
+                                                 : "CUDA kernel failed");
+    if (code)
+      tc_seterr(code, "%s", saved);
+    else
+      tc_clear_error();
+  } else if (atomic_load(&eager_stats[ST_KERNELS_COMPILED]) != before) {
+    if (tensor_log_on(TC_LOG_COMPILE))
+      tensor_log(TC_LOG_COMPILE, "cuda kernel %016llx: %.1f ms (%s, %d "
+                 "instructions)", (unsigned long long)kir_code_hash(k), ms,
+                 k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
+  }
+  compile_end();
+  return f;
+}
+
 /* The kernel table is not freed at exit: another thread may still be
 ** running a kernel while exit() runs (dlclose would unmap its code), and
 ** the table stays reachable, so leak checkers do not count it. */

@@ -175,7 +175,8 @@ static uint64_t node_hash(const trace_node *n)
   uint64_t h = trace_hash_word(TRACE_HASH_SEED,
                          (uint64_t)n->op | (uint64_t)n->dtype << 16 |
                          (uint64_t)n->cdtype << 24 | (uint64_t)n->ndim << 32 |
-                         (uint64_t)n->nin << 40 | (uint64_t)n->keepdim << 48);
+                         (uint64_t)n->nin << 40 | (uint64_t)n->keepdim << 48 |
+                         (uint64_t)n->device << 56);
   h = trace_hash_word(h, (uint64_t)(int64_t)n->dim);
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
@@ -257,7 +258,8 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   atomic_init(&h->user_refs, 1);
   h->dtype = n->dtype;
   h->ndim = (uint8_t)ndim;
-  h->keys = TC_KEYSET(TC_KEY_CPU) | TC_KEYSET(TC_KEY_TRACE);
+  h->keys = TC_KEYSET(n->device == TC_DEV_CUDA ? TC_KEY_CUDA : TC_KEY_CPU) |
+            TC_KEYSET(TC_KEY_TRACE);
   h->kept = 0;
   h->exposed = 0;
   h->scope_slot = -1;
@@ -372,6 +374,7 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   n->op = op;
   n->dtype = (uint8_t)c->dtype;
   n->cdtype = (uint8_t)c->cdtype;
+  n->device = (uint8_t)eager_call_device(c);
   n->ndim = c->ndim;
   for (int d = 0; d < c->ndim; d++)
     n->shape[d] = c->shape[d];
@@ -430,12 +433,18 @@ static bool any_lazy(const eager_call *c)
   return false;
 }
 
-static tc_tensor *run_cpu(const eager_call *c)
+/* The eager kernel of c's device. */
+static eager_kernel backend_of(const eager_call *c)
+{
+  return trace_backend(eager_call_device(c), c->op);
+}
+
+static tc_tensor *run_now(const eager_call *c)
 {
   for (int i = 0; i < c->nin; i++)
     if (c->in[i] && tensor_make_readable(c->in[i]) < 0)
       return NULL;
-  return eager_lookup(TC_KEY_CPU, c->op)(c);
+  return backend_of(c)(c);
 }
 
 /* Does node n read a storage the program holds a raw pointer into? Then
@@ -477,7 +486,7 @@ static tc_tensor *trace_view(const eager_call *c)
 {
   tc_tensor *a = c->in[0];
   if (!a->lazy)
-    return eager_lookup(TC_KEY_CPU, c->op)(c);
+    return backend_of(c)(c);
   return trace_handle_new(a->lazy, &c->view);
 }
 
@@ -486,7 +495,7 @@ static tc_tensor *trace_contiguous(const eager_call *c)
 {
   tc_tensor *a = c->in[0];
   if (!a->lazy)
-    return run_cpu(c);
+    return run_now(c);
   trace_node *n = a->lazy;
   if (a->lazy_plain && a->dtype == c->dtype)
     return trace_handle_new(n, NULL);   /* a new handle, same value */
@@ -549,8 +558,39 @@ static tc_tensor *trace_inplace(const eager_call *c)
 static tc_tensor *trace_eager(const eager_call *c)
 {
   if (!any_lazy(c) && !(c->dst && c->dst->storage->pending))
-    return eager_lookup(TC_KEY_CPU, c->op)(c);
-  return run_cpu(c);
+    return backend_of(c)(c);
+  return run_now(c);
+}
+
+/* Ops that have no CUDA kernel step yet (the extern ops but matmul of f32
+** or f64 and contiguous; argmax and argmin) are not recorded on the
+** device: they run at the call, as eagerly, and fail there with eager's
+** message. */
+static bool recordable_on_cuda(const eager_call *c)
+{
+  if (c->op == TC_OP_ARGMAX || c->op == TC_OP_ARGMIN)
+    return false;
+  if (c->op == TC_OP_MATMUL)
+    return c->dtype == TC_F32 || c->dtype == TC_F64;
+  return op_table[c->op].kind != OPK_EX || c->op == TC_OP_CONTIGUOUS;
+}
+
+/* A call on the device is checked as eager checks it (all its tensors on
+** one device, or eager's error now), its 0-d CPU operands are copied to
+** the device (a region's inputs are all on its device), and then recorded
+** by handler. */
+static tc_tensor *on_device(eager_kernel handler, const eager_call *c)
+{
+  if (eager_call_device(c) != TC_DEV_CUDA)
+    return handler(c);
+  eager_call dc;
+  tc_tensor *moved[3];
+  if (eager_cuda_operands(c, &dc, moved) < 0)
+    return NULL;
+  tc_tensor *r = recordable_on_cuda(&dc) ? handler(&dc) : run_now(&dc);
+  for (int e = 0; e < 3; e++)
+    tensor_unref(moved[e]);
+  return r;
 }
 
 /* Every handler runs under the trace lock. */
@@ -558,7 +598,7 @@ static tc_tensor *trace_eager(const eager_call *c)
   static tc_tensor *locked_##name(const eager_call *c) \
   {                                                   \
     trace_lock();                                     \
-    tc_tensor *r = name(c);                           \
+    tc_tensor *r = on_device(name, c);                \
     trace_unlock();                                   \
     return r;                                         \
   }

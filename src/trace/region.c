@@ -407,6 +407,9 @@ static int region_build(builder *b, reqs *q, int64_t small, uint64_t before)
       return -1;
     b->cap_outputs = cap;
   }
+  r->device = r->nnodes ? r->nodes[0]->device : TC_DEV_CPU;
+  for (int i = 1; i < r->nnodes; i++)   /* realize cuts per device */
+    TC_ASSERT(r->nodes[i]->device == r->device, "a region on two devices");
   r->noutputs = q->n;
   memset(r->result, 0, sizeof *r->result * (size_t)q->n);
   for (int i = 0; i < q->n; i++) {
@@ -469,10 +472,18 @@ static tc_tensor *run_node(trace_node *n, tc_tensor **val)
     if ((n->in[i].node || n->in[i].leaf) &&
         !(c.in[i] = edge_tensor(&n->in[i], val)))
       ok = false;
-  tc_tensor *out = ok ? eager_lookup(TC_KEY_CPU, c.op)(&c) : NULL;
+  tc_tensor *out = ok ? trace_backend(n->device, c.op)(&c) : NULL;
   for (int i = 0; i < n->nin; i++)
     tensor_unref(c.in[i]);
   return out;
+}
+
+int trace_copy_into(tc_tensor *dst, tc_tensor *src)
+{
+  if (tensor_device_of(dst) == TC_DEV_CUDA)
+    return eager_cuda_copy_into(dst, src);
+  eager_copy_into(dst, src);
+  return 0;
 }
 
 /* Run every node with the eager kernels, freeing each temporary after its
@@ -579,14 +590,18 @@ void trace_table_unlock(void) { pthread_mutex_unlock(&table_lock); }
 
 /* -- Realization ---------------------------------------------------------- */
 
-static void finish(trace_region *r)
+/* Bind the outputs; -1 (error set) when a write-back's copy failed (a
+** device error), the rest still bound. */
+static int finish(trace_region *r)
 {
+  int rc = 0;
   for (int i = 0; i < r->noutputs; i++) {
     trace_node *n = r->outputs[i];
     tc_tensor *v = r->result[i];
     if (r->dest[i]) {
-      if (v)   /* eager result; a plan writes dest itself */
-        eager_copy_into(r->dest[i], v);
+      if (v && trace_copy_into(r->dest[i], v) < 0)   /* eager result; a
+                                                        plan writes dest */
+        rc = -1;
       if (n->binds && !n->value)   /* lazy readers read it there */
         n->value = tensor_ref(r->dest[i]);
       pending_drop(r->dest[i]);
@@ -595,6 +610,7 @@ static void finish(trace_region *r)
       trace_materialize_handles(n, v);
     }
   }
+  return rc;
 }
 
 static void clear_binds(reqs *q)
@@ -603,7 +619,44 @@ static void clear_binds(reqs *q)
     q->at[i].node->binds = false;
 }
 
+static int realize_one_device(reqs *q);
+static void reqs_free(reqs *q);
+
+/* Values on different devices share no node (every op's tensors are on
+** one device), so a realization that asks for both (tc_sync, the node
+** limit) is one region per device: each is compiled for its device. */
 static int realize(reqs *q)
+{
+  bool cpu = false, cuda = false;
+  for (int i = 0; i < q->n; i++) {
+    cpu |= q->at[i].node->device == TC_DEV_CPU;
+    cuda |= q->at[i].node->device == TC_DEV_CUDA;
+  }
+  if (!cpu || !cuda)
+    return realize_one_device(q);
+  /* Both parts first, their nodes held: realizing one frees nodes of q
+  ** (a write-back drops its pending write's node). */
+  reqs part[2] = { REQS_INIT(part[0]), REQS_INIT(part[1]) };
+  int rc = 0;
+  for (int i = 0; i < q->n && rc == 0; i++)
+    rc = req_add(&part[q->at[i].node->device == TC_DEV_CUDA], q->at[i].node,
+                 q->at[i].dest);
+  if (rc < 0)
+    tc_seterr(TC_E_NOMEM, "out of memory realizing");
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < part[d].n; i++)
+      trace_node_retain(part[d].at[i].node);
+  for (int d = 0; d < 2 && rc == 0; d++)
+    rc = realize_one_device(&part[d]);
+  for (int d = 0; d < 2; d++) {
+    for (int i = 0; i < part[d].n; i++)
+      trace_node_release(part[d].at[i].node);
+    reqs_free(&part[d]);
+  }
+  return rc;
+}
+
+static int realize_one_device(reqs *q)
 {
   if (q->n == 0)
     return 0;
@@ -659,7 +712,7 @@ static int realize(reqs *q)
   }
   eager_tls_set(saved);
   if (rc == 0)
-    finish(r);
+    rc = finish(r);
   clear_binds(q);
   for (int i = 0; i < r->nnodes; i++)
     r->nodes[i]->slot = -1;

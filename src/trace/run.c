@@ -2,7 +2,10 @@
 ** run.c -- running a compiled plan: bind each step's buffers to the
 ** region's inputs, write-back targets, temporaries and fresh outputs, and
 ** launch its kernels (extern steps run their eager kernel). A shape-dynamic
-** plan runs its kernels with this run's sizes and strides.
+** plan runs its kernels with this run's sizes and strides. One runner for
+** both devices: a CUDA plan's tensors are device tensors, its kernels are
+** launched on tc's stream (eager_cuda.h) and its extern steps run the
+** CUDA key's kernels.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,8 @@ trace_launch_fn trace_launch_hook;
 typedef struct {
   tc_tensor **temp;
   tc_tensor **out;
+  int device;        /* TC_DEV_*: where temporaries and outputs are made
+                        and kernels launched */
 } run_state;
 
 static tc_tensor *ref_tensor(const trace_region *r, const fuse_plan *p,
@@ -27,14 +32,15 @@ static tc_tensor *ref_tensor(const trace_region *r, const fuse_plan *p,
   case FREF_TEMP:
     if (!rs->temp[ref.index]) {
       const fuse_temp *t = &p->temps[ref.index];
-      rs->temp[ref.index] = tensor_new((tc_dtype)t->dtype, t->ndim,
-                                       t->shape);
+      rs->temp[ref.index] = tensor_new_on(rs->device, (tc_dtype)t->dtype,
+                                          t->ndim, t->shape);
     }
     return rs->temp[ref.index];
   case FREF_OUTPUT:
     if (!rs->out[ref.index]) {
       const trace_node *n = r->outputs[ref.index];
-      rs->out[ref.index] = tensor_new((tc_dtype)n->dtype, n->ndim, n->shape);
+      rs->out[ref.index] = tensor_new_on(rs->device, (tc_dtype)n->dtype,
+                                         n->ndim, n->shape);
     }
     return rs->out[ref.index];
   }
@@ -86,13 +92,21 @@ static void kernel_args_free(kernel_args *a)
     free(a->dims);
 }
 
+/* Kernel step st, compiled as `compiled` (a trace_kernel on the CPU, a
+** jcuda_function on CUDA): the per-backend launch. */
 static int run_kernel(const trace_region *r, const fuse_plan *p,
-                      run_state *rs, const fuse_step *st,
-                      const jcpu_kernel *jk)
+                      run_state *rs, const fuse_step *st, void *compiled)
 {
   kernel_args a;
   if (kernel_args_bind(r, p, rs, st, (fuse_ref){ FREF_NONE, -1 }, &a) < 0)
     return -1;
+  if (rs->device == TC_DEV_CUDA) {   /* counts its launch */
+    int rc = eager_cuda_launch("compiled region", compiled, st->k, a.bufs,
+                               a.scal, a.dims);
+    kernel_args_free(&a);
+    return rc;
+  }
+  const jcpu_kernel *jk = trace_kernel_code(compiled);
   int rc = trace_launch_hook &&
            trace_launch_hook(st->k, a.bufs, a.scal, a.dims, 0,
                              kir_units(st->k)) == 0
@@ -159,7 +173,7 @@ static int run_extern(const trace_region *r, const fuse_plan *p,
   }
   tc_tensor *out = rc < 0 ? NULL
                    : ep ? eager_matmul_ep(&c, tile_epilogue_run, &te)
-                        : eager_lookup(TC_KEY_CPU, c.op)(&c);
+                        : trace_backend(rs->device, c.op)(&c);
   if (ep)
     kernel_args_free(&te.a);
   for (int e = 0; e < 3; e++)
@@ -175,17 +189,17 @@ static int run_extern(const trace_region *r, const fuse_plan *p,
     rs->out[st->out.index] = out;
   } else {
     tc_tensor *dst = ref_tensor(r, p, rs, st->out);
-    eager_copy_into(dst, out);
+    rc = dst ? trace_copy_into(dst, out) : -1;
     tensor_unref(out);
   }
-  return 0;
+  return rc;
 }
 
 /* Run plan p (its layouts: sizes, strides, temps, bindings) with the
 ** kernels compiled for `code` (p itself, or for a shape-dynamic plan the
 ** plan first compiled). */
 static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
-                         trace_region *r)
+                         int device, trace_region *r)
 {
   /* Small plans (every plan of a small region run each iteration) keep
   ** their temporaries and outputs on the stack: no allocation per run. */
@@ -196,13 +210,16 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
             : calloc((size_t)p->ntemps, sizeof *rs.temp);
   rs.out = r->noutputs <= INLINE ? out_inl
            : calloc((size_t)r->noutputs, sizeof *rs.out);
+  rs.device = device;
   int rc = rs.temp && rs.out ? 0 : -1;
   for (int s = 0; s < p->nsteps && rc == 0; s++) {
     const fuse_step *st = &p->steps[s];
     if (st->kind == FSTEP_KERNEL) {
-      rc = run_kernel(r, p, &rs, st,
-                      trace_kernel_code(code->steps[s].compiled));
-    } else if (st->kind == FSTEP_EXTERN && st->epilogue) {
+      rc = run_kernel(r, p, &rs, st, code->steps[s].compiled);
+    } else if (st->kind == FSTEP_EXTERN && st->epilogue &&
+               device == TC_DEV_CPU) {   /* on CUDA: cuBLAS, then the
+                                            epilogue as a kernel over the
+                                            whole result */
       rc = run_extern(r, p, &rs, st, st + 1,
                       trace_kernel_code(code->steps[s + 1].compiled));
       s++;   /* the epilogue ran inside it */
@@ -215,10 +232,7 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
       tc_tensor *v = !src || !st->in_viewed[0] ? tensor_ref(src)
                      : tensor_new_view(src, g->ndim, g->shape, g->stride,
                                        src->offset + g->offset);
-      if (v && dst)
-        eager_copy_into(dst, v);
-      else
-        rc = -1;
+      rc = v && dst ? trace_copy_into(dst, v) : -1;
       tensor_unref(v);
     }
   }
@@ -304,9 +318,9 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
 int trace_run_plan(void *plan, trace_region *r)
 {
   trace_plan *tp = plan;
-  if (!tp->plan->dynamic)
-    return run_plan_with(tp->plan, tp->plan, r);
+  if (!tp->plan->dynamic || tp->fixed)
+    return run_plan_with(tp->plan, tp->plan, tp->device, r);
   /* Shape-dynamic: the same kernels, with this run's sizes and strides. */
   const fuse_plan *now = layout_of(tp, r);
-  return now ? run_plan_with(now, tp->plan, r) : -1;
+  return now ? run_plan_with(now, tp->plan, tp->device, r) : -1;
 }

@@ -37,6 +37,8 @@ struct trace_node {
   int refs;
   uint16_t op;           /* tc_op */
   uint8_t dtype, cdtype;
+  uint8_t device;        /* TC_DEV_*: where its value is computed (every
+                            tensor it reads is there: checked at the call) */
   int ndim;
   int64_t shape[TC_MAX_DIMS];
   int nin;
@@ -72,6 +74,8 @@ typedef struct {
   tc_tensor **result;        /* per output, set by the run: its value */
   uint64_t hash;             /* structure hash (nodes, alias pattern,
                                 outputs) */
+  int device;                /* TC_DEV_* of every node (realization
+                                cuts one region per device) */
 } trace_region;
 
 /* The compile hook, called (table unlocked) once a region is hot, its entry

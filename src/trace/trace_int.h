@@ -6,6 +6,7 @@
 #define TC_TRACE_INT_H
 
 #include "trace.h"
+#include "../eager/eager_cuda.h"
 
 typedef struct {
   int hot;              /* TC_HOT */
@@ -81,6 +82,17 @@ void trace_materialize_handles(trace_node *n, tc_tensor *v);
 trace_pending *trace_pending_find(const tc_tensor *t);
 int trace_pending_set(tc_tensor *dst, trace_node *n);
 
+
+/* The eager kernel of op on device (TC_DEV_*): the CPU's or the CUDA
+** key's handler. Regions run their nodes and extern steps with it. */
+static inline eager_kernel trace_backend(int device, tc_op op)
+{
+  return eager_lookup(device == TC_DEV_CUDA ? TC_KEY_CUDA : TC_KEY_CPU, op);
+}
+
+/* Copy src into dst (same shape and device), converting: a write-back or a
+** plan's copy step. 0, or -1 with the error set. */
+int trace_copy_into(tc_tensor *dst, tc_tensor *src);
 
 /* The eager_call that runs node n (inputs left NULL). */
 void trace_call_of(const trace_node *n, eager_call *c);
