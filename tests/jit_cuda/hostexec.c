@@ -408,9 +408,12 @@ __attribute__((constructor)) static void hook_init(void)
   if (!v || !*v)
     return;
   /* The CPU kernels of these programs, too, are the same in both suites
-  ** of a run (tests/run-all.sh): shared through one kernel store. */
+  ** of a run (tests/run-all.sh): shared through one kernel store, by the
+  ** tests that ask for it (TC_TEST_STORE_SHARED=1; not those that count
+  ** or inject compiles, which a stored kernel would skip). */
   const char *store = getenv("TC_TEST_STORE");
-  if (store && *store) {
+  const char *shared = getenv("TC_TEST_STORE_SHARED");
+  if (store && *store && shared && strcmp(shared, "1") == 0) {
     setenv("TC_CACHE", "1", 1);
     setenv("TC_CACHE_DIR", store, 1);
   }
