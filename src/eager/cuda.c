@@ -15,7 +15,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "eager.h"
 #include "../fuse/fuse.h"
@@ -148,13 +147,6 @@ void eager_cuda_store_set(const eager_cuda_store *hooks)
   store_hooks = *hooks;
 }
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static char *nvrtc_cubin(const char *fn, const char *src, const char *arch,
                          size_t *len)
 {
@@ -175,7 +167,7 @@ static jcuda_function compile_kernel(const char *fn, const kir_kernel *k,
                                      const char *arch)
 {
   char why[160];
-  double t0 = now_ms();
+  double t0 = tensor_now_ms();
   char *src = jcuda_render(k, why, sizeof why);
   if (!src) {
     tc_seterr(TC_E_DEVICE, "%s: cannot render the CUDA kernel: %s", fn, why);
@@ -187,7 +179,7 @@ static jcuda_function compile_kernel(const char *fn, const kir_kernel *k,
   if (image && jcuda_module_load(image, &f) < 0)
     f = NULL;
   if (f) {
-    double ms = now_ms() - t0;
+    double ms = tensor_now_ms() - t0;
     eager_add_compile_ms(ms);
     if (store_hooks.enter)
       store_hooks.enter(k, arch, image, len, src, ms);
@@ -228,7 +220,7 @@ static jcuda_function load_or_compile(const char *fn, const kir_kernel *k)
   return f;
 }
 
-static jcuda_function kernel_function(const char *fn, const kir_kernel *k)
+jcuda_function eager_cuda_kernel(const char *fn, const kir_kernel *k)
 {
   TC_ASSERT(k->dynamic, "eager CUDA kernels are shape-dynamic");
   uint64_t h = kir_code_hash(k);
@@ -290,11 +282,6 @@ static tc_tensor *ref_tensor(op_run *r, fuse_ref ref)
   return NULL;
 }
 
-jcuda_function eager_cuda_kernel(const char *fn, const kir_kernel *k)
-{
-  return kernel_function(fn, k);
-}
-
 int eager_cuda_launch(const char *fn, jcuda_function f, const kir_kernel *k,
                       char *const *bufs, const double *scal,
                       const int64_t *dims)
@@ -329,7 +316,7 @@ static int run_kernel_step(op_run *r, const fuse_step *st)
               : r->c->s[st->scal[i].which];
   if (kir_units(k) == 0)
     return 0;
-  jcuda_function f = kernel_function(r->c->fn, k);
+  jcuda_function f = eager_cuda_kernel(r->c->fn, k);
   if (!f)
     return -1;
   int ndyn = k->dynamic ? kir_dyn_len(k) : 0;
@@ -445,14 +432,6 @@ static tc_tensor *run_one_node(const eager_call *c, tc_op op, tc_tensor *dst)
 static bool cpu_scalar(const tc_tensor *t)
 {
   return t->ndim == 0 && tensor_device_of(t) == TC_DEV_CPU;
-}
-
-int eager_call_device(const eager_call *c)
-{
-  for (int e = 0; e < c->nin; e++)
-    if (c->in[e] && tensor_device_of(c->in[e]) == TC_DEV_CUDA)
-      return TC_DEV_CUDA;
-  return c->dst ? tensor_device_of(c->dst) : TC_DEV_CPU;
 }
 
 /* Every tensor of c on the device (0-d CPU operands aside)? Else the error

@@ -13,8 +13,15 @@
 #include "../jit_cuda/jit_cuda.h"
 
 /* The device of call c: CUDA when any tensor of it is there (a 0-d CPU
-** operand beside them included), else the CPU. */
-int eager_call_device(const eager_call *c);
+** operand beside them included), else the CPU. Inline: trace asks it for
+** every op it records. */
+static inline int eager_call_device(const eager_call *c)
+{
+  for (int e = 0; e < c->nin; e++)
+    if (c->in[e] && tensor_device_of(c->in[e]) == TC_DEV_CUDA)
+      return TC_DEV_CUDA;
+  return c->dst ? tensor_device_of(c->dst) : TC_DEV_CPU;
+}
 
 /* Check that c's tensors are on one device (0-d CPU operands aside: the
 ** error eager gives, naming c->fn) and make *dc: c with those 0-d operands

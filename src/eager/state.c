@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "eager.h"
@@ -24,23 +23,16 @@ static _Atomic uint64_t compile_us;   /* compile time, microseconds */
 static eager_config cfg;
 static double t_first_region, t_first_compiled;   /* ms, CLOCK_MONOTONIC */
 
-static double mono_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void eager_note_region(void)
 {
   if (t_first_region == 0)
-    t_first_region = mono_ms();
+    t_first_region = tensor_now_ms();
 }
 
 void eager_note_compiled_run(void)
 {
   if (t_first_compiled == 0)
-    t_first_compiled = mono_ms();
+    t_first_compiled = tensor_now_ms();
 }
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_bool ready;   /* init_once has run: skip pthread_once */

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "jcpu_impl.h"
@@ -98,13 +97,6 @@ const char *jcpu_compiler_version(void)
 {
   pthread_once(&once, init_once);
   return version;
-}
-
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static void set_reason(char *reason, size_t rlen, const char *fmt,
@@ -293,7 +285,7 @@ jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
                          size_t rlen)
 {
   *out = NULL;
-  double t0 = now_ms();
+  double t0 = tensor_now_ms();
   jcpu_kernel *jk = calloc(1, sizeof *jk);
   if (!jk) {
     set_reason(reason, rlen, "out of memory%s", NULL);
@@ -328,7 +320,7 @@ jcpu_status jcpu_compile(const kir_kernel *k, jcpu_kernel **out, char *reason,
     jcpu_free(jk);
     return st;
   }
-  jk->compile_ms = now_ms() - t0;
+  jk->compile_ms = tensor_now_ms() - t0;
   *out = jk;
   return JCPU_OK;
 }
@@ -407,7 +399,7 @@ jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *key,
                                  char *reason, size_t rlen)
 {
   *out = NULL;
-  double t0 = now_ms();
+  double t0 = tensor_now_ms();
   char *source = NULL;
   jcpu_status st = JCPU_E_COMPILE;
   pthread_mutex_lock(&compile_lock);
@@ -423,7 +415,7 @@ jcpu_status jcpu_compile_to_file(const kir_kernel *k, const char *key,
     return st;
   }
   (*out)->source = source;
-  (*out)->compile_ms = now_ms() - t0;
+  (*out)->compile_ms = tensor_now_ms() - t0;
   return JCPU_OK;
 }
 

@@ -61,13 +61,6 @@ typedef struct {
   int64_t growth_kb;          /* the child's RSS now minus at its start */
 } wresp;
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void say(char *reason, size_t rlen, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 static void say(char *reason, size_t rlen, const char *fmt, ...)
@@ -290,13 +283,13 @@ static _Noreturn void child_main(int sock, int errfd, const char *dir)
     struct rlimit as;
     getrlimit(RLIMIT_AS, &as);
     child_fault(rq.fault, &as);
-    double t0 = now_ms();
+    double t0 = tensor_now_ms();
     char *source = NULL;
     reason[0] = '\0';
     jcpu_status st = jcpu_compile_file(&rq.k, rq.key, path, &source, reason,
                                        sizeof reason);
     wresp a = { WMAGIC, (int32_t)st, (uint32_t)strlen(reason), 0,
-                now_ms() - t0, 0 };
+                tensor_now_ms() - t0, 0 };
     if (source && strlen(source) < SOURCE_MAX)
       a.source_len = (uint32_t)strlen(source);
     setrlimit(RLIMIT_AS, &as);
@@ -404,11 +397,12 @@ static void worker_reap(int grace_ms, char *why, size_t wlen)
 {
   int status = 0;
   pid_t r;
-  double until = now_ms() + grace_ms;
-  while ((r = waitpid(w.pid, &status, WNOHANG)) == 0 && now_ms() < until) {
+  double until = tensor_now_ms() + grace_ms;
+  while ((r = waitpid(w.pid, &status, WNOHANG)) == 0 &&
+         tensor_now_ms() < until) {
     if (w.pidfd >= 0) {
       struct pollfd p = { w.pidfd, POLLIN, 0 };
-      poll(&p, 1, (int)(until - now_ms()) + 1);
+      poll(&p, 1, (int)(until - tensor_now_ms()) + 1);
     } else {
       nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
     }
@@ -508,7 +502,7 @@ static int worker_start(char *reason, size_t rlen)
   }
   /* no thread of ours is inside libgccjit while the child is made */
   jcpu_compile_lock();
-  double t0 = now_ms();
+  double t0 = tensor_now_ms();
   pid_t pid = fork();
   if (pid == 0) {
     close(sv[0]);
@@ -516,7 +510,7 @@ static int worker_start(char *reason, size_t rlen)
     child_main(sv[1], ep[1], w.dir);
   }
   int err = errno;
-  double fork_ms = now_ms() - t0;
+  double fork_ms = tensor_now_ms() - t0;
   jcpu_compile_unlock();
   close(sv[1]);
   close(ep[1]);
@@ -560,7 +554,7 @@ static double request_until(double deadline)
 static int wait_ready(int fd, short ev, double deadline)
 {
   for (;;) {
-    double left = request_until(deadline) - now_ms();
+    double left = request_until(deadline) - tensor_now_ms();
     if (left <= 0)
       return 0;
     struct pollfd p[3] = { { fd, ev, 0 }, { w.err, POLLIN, 0 },
@@ -638,7 +632,7 @@ static jcpu_status request(const kir_kernel *k, const char *key,
   int limit = atomic_load(&timeout_ms);
   if (limit <= 0)
     limit = JCPU_WORKER_TIMEOUT_MS;
-  double t0 = now_ms(), deadline = t0 + limit;
+  double t0 = tensor_now_ms(), deadline = t0 + limit;
   size_t plen = strlen(path);
   wreq *rq = malloc(sizeof *rq);
   if (!rq) {
@@ -763,7 +757,7 @@ out:
 void jcpu_worker_shutdown(int grace_ms)
 {
   if (!atomic_load(&exiting)) {
-    atomic_store(&exit_deadline, now_ms() + grace_ms);
+    atomic_store(&exit_deadline, tensor_now_ms() + grace_ms);
     atomic_store(&exiting, true);
   }
   /* A request in flight ends by the deadline (then its worker is killed);

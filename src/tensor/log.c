@@ -3,6 +3,7 @@
 ** (TC_LOG=regions,guards,recompiles,fusion,compile,cache,fallback or all).
 */
 #include <stdarg.h>
+#include <time.h>
 
 #include "tensor.h"
 
@@ -35,4 +36,11 @@ void tensor_log(tc_log_cat c, const char *fmt, ...)
   FILE *out = sink ? sink : stderr;
   fprintf(out, "tc[%s]: %s\n", name, line);
   fflush(out);
+}
+
+double tensor_now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }

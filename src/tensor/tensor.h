@@ -227,6 +227,8 @@ typedef enum {
 /* Categories enabled by TC_LOG (or by tensor_log_to). */
 unsigned tensor_log_mask(void);
 const char *tensor_log_cat_name(unsigned bit);
+/* Milliseconds on the monotonic clock (compile times, first-run marks). */
+double tensor_now_ms(void);
 static inline bool tensor_log_on(tc_log_cat c) { return (tensor_log_mask() & c) != 0; }
 /* Send events of categories cats to f (NULL: stderr); for tests. */
 void tensor_log_to(FILE *f, unsigned cats);

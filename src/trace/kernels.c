@@ -78,13 +78,6 @@ static void ktab_trim_locked(void)
   }
 }
 
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void store_open_once(void)
 {
   char why[256];
@@ -276,7 +269,7 @@ trace_kernel *trace_kernel_get(const kir_kernel *k,
     goto out;
   }
   if (!jk) {
-    double t0 = now_ms();
+    double t0 = tensor_now_ms();
     jcpu_status rc;
     bool to_disk = store_is_open() &&
                    store_tmp_path(key, path, sizeof path) == 0;
@@ -303,7 +296,7 @@ trace_kernel *trace_kernel_get(const kir_kernel *k,
                    "kernels stay in memory", store_root(), why);
       store_warned |= rc == JCPU_OK;
     }
-    double ms = now_ms() - t0;
+    double ms = tensor_now_ms() - t0;
     eager_add_compile_ms(ms);
     if (rc != JCPU_OK) {
       if (to_disk)
@@ -373,9 +366,9 @@ jcuda_function trace_cuda_kernel_get(const kir_kernel *k, char *reason,
   if (code)
     snprintf(saved, sizeof saved, "%s", tc_last_error());
   uint64_t before = atomic_load(&eager_stats[ST_KERNELS_COMPILED]);
-  double t0 = now_ms();
+  double t0 = tensor_now_ms();
   jcuda_function f = eager_cuda_kernel("compiled region", k);
-  double ms = now_ms() - t0;
+  double ms = tensor_now_ms() - t0;
   if (!f) {
     snprintf(reason, rlen, "%s", tc_last_error() ? tc_last_error()
                                                  : "CUDA kernel failed");
