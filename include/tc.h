@@ -97,6 +97,10 @@ typedef struct {
   uint64_t bytes_allocated;   /* bytes currently held by live storages */
   uint64_t pool_hits;         /* allocations served from the caching pool */
   uint64_t pool_misses;       /* allocations that went to the system */
+  uint64_t layouts_derived;   /* a shape-dynamic region's sizes and strides
+                                 for new shapes, derived from its plan */
+  uint64_t layouts_built;     /* ... planned again (the new sizes relate
+                                 otherwise than the plan's did) */
 } tc_stats;
 
 #define TC_SHAPE(...) \

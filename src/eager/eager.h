@@ -68,7 +68,8 @@ void eager_init(void);   /* idempotent; called by every entry point */
 typedef enum {
   ST_OPS, ST_REGIONS, ST_REGIONS_COMPILED, ST_REGIONS_EAGER,
   ST_KERNELS_COMPILED, ST_KERNELS_LOADED, ST_KERNELS_LAUNCHED,
-  ST_GUARD_FAILURES, ST_COMPILE_FAILURES, ST__MAX
+  ST_GUARD_FAILURES, ST_COMPILE_FAILURES, ST_LAYOUTS_DERIVED,
+  ST_LAYOUTS_BUILT, ST__MAX
 } eager_stat;
 extern _Atomic uint64_t eager_stats[ST__MAX];
 static inline void eager_count(eager_stat s)

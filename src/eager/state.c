@@ -45,7 +45,7 @@ static void print_stats(void)
           "tc stats: ops %llu regions %llu (compiled %llu, eager %llu) "
           "kernels compiled %llu loaded %llu launched %llu guard_failures "
           "%llu compile_failures %llu compile_ms %.1f first_compiled_ms %.1f "
-          "pool hits %llu misses %llu\n",
+          "pool hits %llu misses %llu layouts derived %llu built %llu\n",
           (unsigned long long)s.ops, (unsigned long long)s.regions,
           (unsigned long long)s.regions_compiled,
           (unsigned long long)s.regions_eager,
@@ -55,7 +55,9 @@ static void print_stats(void)
           (unsigned long long)s.guard_failures,
           (unsigned long long)s.compile_failures, s.compile_ms,
           s.first_compiled_ms,
-          (unsigned long long)s.pool_hits, (unsigned long long)s.pool_misses);
+          (unsigned long long)s.pool_hits, (unsigned long long)s.pool_misses,
+          (unsigned long long)s.layouts_derived,
+          (unsigned long long)s.layouts_built);
 }
 
 static void init_once(void)
@@ -128,6 +130,8 @@ void tc_stats_get(tc_stats *out)
   out->kernels_launched = eager_stats[ST_KERNELS_LAUNCHED];
   out->guard_failures = eager_stats[ST_GUARD_FAILURES];
   out->compile_failures = eager_stats[ST_COMPILE_FAILURES];
+  out->layouts_derived = eager_stats[ST_LAYOUTS_DERIVED];
+  out->layouts_built = eager_stats[ST_LAYOUTS_BUILT];
   out->compile_ms = (double)compile_us / 1000.0;
   out->first_compiled_ms =
     t_first_compiled ? t_first_compiled - t_first_region : 0;

@@ -132,6 +132,8 @@ typedef struct fuse_plan {
   int noutputs;
   fuse_ref *out_ref;               /* where each output's value is */
   void (*compiled_free)(void *);   /* frees steps[i].compiled */
+  struct fuse_recipe *recipe;      /* dynamic plans: how the layout follows
+                                      from the graph (layout.h), or NULL */
 } fuse_plan;
 
 /* Build the plan for g (its composites decomposed into primitive nodes by
@@ -139,10 +141,25 @@ typedef struct fuse_plan {
 ** nodes by fuse_node.orig. Returns NULL with a one-line reason when some part
 ** cannot be fused (the caller runs the region eagerly). Static plans bake
 ** sizes and strides into the kernels; dynamic ones read them at run time
-** (build the plan again for each run to get the layouts; the structure,
-** and so the kernels, stay the same). */
+** (fuse_relayout gives the layout for another run's shapes). */
 fuse_plan *fuse_build(const fuse_graph *g, bool dynamic, char *reason,
                       size_t rlen);
+/* Dynamic plan code's layout for g, a graph of its region's structure with
+** other sizes and strides: code's steps and kernels with g's sizes,
+** strides, offsets and temporaries' shapes, computed from the numbers of g
+** where fuse_build read them for code, without grouping or lowering again.
+** NULL when that would not be the plan fuse_build makes for g (sizes that
+** were equal now differ, or the other way round, so the grouping may
+** differ: build g, and compare its code), or out of memory. The result
+** runs code's compiled kernels (its steps' `compiled` are NULL). reuse: a
+** layout of code no longer wanted, whose memory the result takes (it is
+** consumed either way), or NULL. */
+fuse_plan *fuse_relayout(const fuse_plan *code, const fuse_graph *g,
+                         fuse_plan *reuse);
+/* Give code the recipe of `from`, a plan built for other shapes whose
+** code is the same (its sizes related otherwise than code's did), unless
+** code's tells more of its graph's numbers apart. */
+void fuse_plan_adopt_recipe(fuse_plan *code, fuse_plan *from);
 void fuse_plan_free(fuse_plan *p);
 /* Groups, kernels (canonical IR) and bindings, for TC_DEBUG and TC_LOG. */
 void fuse_plan_dump(const fuse_plan *p, FILE *out);

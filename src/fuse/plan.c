@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "fuse.h"
+#include "layout.h"
 
 typedef enum { NK_PW, NK_ROWS, NK_EXTERN } node_kind;
 
@@ -74,6 +75,10 @@ typedef struct {
   bool flat;
   int flat_ndim;
   const int64_t *flat_shape;
+  int flat_node;        /* ... the sum_all node whose operand it is */
+  /* shape-dynamic plans: where lowering read each layout number (layout.h),
+  ** or NULL (static plans; recording ran out of memory) */
+  fuse_recipe *rec;
   /* retries: what the last attempt asked for */
   bool *force;          /* node values to store (persist across attempts) */
   bool *copy;           /* SUM_ALL nodes whose operand is copied dense */
@@ -150,9 +155,15 @@ static int step_new(fb *b, fuse_step_kind kind)
   return p->nsteps++;
 }
 
-static int temp_new(fb *b, const fuse_node *n)
+/* A temporary of n's dtype and shape: that of node `node`, or (edge) of
+** the operand it reads. */
+static int temp_new(fb *b, const fuse_node *n, int node, bool edge)
 {
   fuse_plan *p = b->p;
+  if (b->rec && recipe_temp(b->rec, p->ntemps, node, edge) < 0) {
+    recipe_free(b->rec);   /* no recipe: layouts are planned again */
+    b->rec = NULL;
+  }
   fuse_temp *t = realloc(p->temps, sizeof *t * (size_t)(p->ntemps + 1));
   if (!t)
     return fail(b, "out of memory");
@@ -167,16 +178,7 @@ static int temp_new(fb *b, const fuse_node *n)
 static const int64_t *edge_shape(const fuse_graph *g, const fuse_edge *e,
                                  int *ndim)
 {
-  if (e->viewed) {
-    *ndim = e->geom.ndim;
-    return e->geom.shape;
-  }
-  if (e->src < 0) {
-    *ndim = g->inputs[-e->src - 1]->ndim;
-    return g->inputs[-e->src - 1]->shape;
-  }
-  *ndim = g->nodes[e->src].ndim;
-  return g->nodes[e->src].shape;
+  return layout_edge_shape(g, e, ndim);
 }
 
 /* -- Row spaces ------------------------------------------------------------ */
@@ -477,7 +479,7 @@ static int assign_steps(fb *b)
       tmp.dtype = e0->src >= 0 ? g->nodes[e0->src].dtype : src->dtype;
       const int64_t *shape = edge_shape(g, e0, &tmp.ndim);
       memcpy(tmp.shape, shape, sizeof(int64_t) * (size_t)tmp.ndim);
-      if ((b->copy_temp[i] = temp_new(b, &tmp)) < 0)
+      if ((b->copy_temp[i] = temp_new(b, &tmp, i, true)) < 0)
         return -1;
       b->p->steps[c].out = (fuse_ref){ FREF_TEMP, b->copy_temp[i] };
     }
@@ -719,14 +721,6 @@ static bool cheap_op(tc_op op)
   }
 }
 
-static int64_t numel_of(int ndim, const int64_t *shape)
-{
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++)
-    n *= shape[d];
-  return n;
-}
-
 /* Node n's inlined tree: its size in *nodes, whether every node is cheap,
 ** and the bytes per point of its reads that are not broadcast (numel
 ** ones; *bytes). */
@@ -750,7 +744,7 @@ static bool cheap_tree(const fb *b, int n, int64_t numel, int *nodes,
     const int64_t *sh = edge_shape(g, &nd->in[e], &sndim);
     tc_dtype dt = src < 0 ? (tc_dtype)g->inputs[-src - 1]->dtype
                           : (tc_dtype)g->nodes[src].dtype;
-    if (numel_of(sndim, sh) == numel)
+    if (tensor_shape_numel(sndim, sh) == numel)
       *bytes += (int64_t)tensor_dtype_size[dt];
   }
   return true;
@@ -799,7 +793,8 @@ static void recompute_cheap(fb *b, bool *gone)
     int64_t bytes = 0;
     bool was = b->store[i];
     b->store[i] = false;   /* as cheap_tree sees an inlined root */
-    ok = cheap_tree(b, i, numel_of(nd->ndim, nd->shape), &nodes, &bytes) &&
+    ok = cheap_tree(b, i, tensor_shape_numel(nd->ndim, nd->shape), &nodes,
+                    &bytes) &&
          bytes <= 2 * (int64_t)tensor_dtype_size[nd->dtype];
     if (!ok) {
       b->store[i] = was;
@@ -950,7 +945,7 @@ static int place_values(fb *b)
       outside |= g->out_node[o] == i;
     if (!outside)
       continue;
-    int t = temp_new(b, &g->nodes[i]);
+    int t = temp_new(b, &g->nodes[i], i, false);
     if (t < 0)
       return -1;
     b->where[i] = (fuse_ref){ FREF_TEMP, t };
@@ -991,10 +986,23 @@ typedef struct {
   int64_t stride, size;
 } gaxis;
 
+/* Record where buffer i's numbers come from (lb), as its own or (alias)
+** as another load's that shares it; recording stops when out of memory. */
+static void record_buffer(fb *b, int i, const lbuf *lb, bool alias)
+{
+  int nst = b->k->ndim + (b->k->kind == KIR_ROWS);
+  if (b->rec && (alias ? recipe_alias(b->rec, b->cur, i, nst, lb)
+                       : recipe_buffer(b->rec, b->cur, i, nst, lb)) < 0) {
+    recipe_free(b->rec);
+    b->rec = NULL;
+  }
+}
+
 /* The kernel buffer for (role, ref, off, dtype, strides over kernel dims,
-** gathered axis), made on first use. */
+** gathered axis), made on first use; lb: where those numbers come from. */
 static int buffer_of(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
-                     tc_dtype dt, const int64_t *kst, gaxis ga)
+                     tc_dtype dt, const int64_t *kst, gaxis ga,
+                     const lbuf *lb)
 {
   kir_kernel *k = b->k;
   int nst = k->ndim + (k->kind == KIR_ROWS);
@@ -1004,12 +1012,15 @@ static int buffer_of(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
         && b->st->buf[i].index == ref.index && b->st->buf_off[i] == off &&
         memcmp(bf->stride, kst, sizeof(int64_t) * (size_t)nst) == 0 &&
         bf->gather == ga.on && bf->gstride == ga.stride &&
-        bf->gsize == ga.size)
+        bf->gsize == ga.size) {
+      record_buffer(b, i, lb, true);
       return i;
+    }
   }
   if (k->nbufs == KIR_MAX_BUFS)
     return over_limit(b, "too many buffers in one kernel");
   int i = k->nbufs++;
+  record_buffer(b, i, lb, false);
   k->buf[i].role = (uint8_t)role;
   k->buf[i].dtype = (uint8_t)dt;
   memset(k->buf[i].stride, 0, sizeof k->buf[i].stride);
@@ -1023,45 +1034,86 @@ static int buffer_of(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
 }
 
 static int buffer(fb *b, kir_buf_role role, fuse_ref ref, int64_t off,
-                  tc_dtype dt, const int64_t *kst)
+                  tc_dtype dt, const int64_t *kst, const lbuf *lb)
 {
-  return buffer_of(b, role, ref, off, dt, kst, (gaxis){ false, 0, 0 });
+  return buffer_of(b, role, ref, off, dt, kst, (gaxis){ false, 0, 0 }, lb);
 }
 
-/* Fold a value's per-dim strides onto kernel dims through its map. */
-static void fold(const fb *b, const vmap *m, const int64_t *vst, int64_t *kst)
+static lsrc src_of(lsrc_kind kind, int a, int e, int j)
+{
+  return (lsrc){ (uint8_t)kind, (uint8_t)e, (uint8_t)j, a };
+}
+
+static lterm term_of(lsrc s)
+{
+  return (lterm){ s, src_of(LS_ONE, 0, 0, 0) };
+}
+
+/* Source kind `kind` of operand e (a pointer into g's nodes), dim j. */
+static lsrc edge_src(const fb *b, const fuse_edge *e, lsrc_kind kind, int j)
+{
+  const fuse_node *nodes = b->g->nodes;
+  int n = (int)(((const char *)e - (const char *)nodes) /
+                (ptrdiff_t)sizeof *nodes);
+  return src_of(kind, n, (int)(e - nodes[n].in), j);
+}
+
+/* A buffer's sources with no gathered axis, at offset source `off`. */
+static void lbuf_init(lbuf *lb, lsrc off)
+{
+  lb->same = false;
+  lb->off = term_of(off);
+  lb->gstride = lb->gsize = term_of(src_of(LS_ZERO, 0, 0, 0));
+}
+
+/* Fold a value's per-dim strides onto kernel dims through its map (and
+** their sources vs into lb). */
+static void fold(const fb *b, const vmap *m, const int64_t *vst, int64_t *kst,
+                 const lsrc *vs, lbuf *lb)
 {
   int nst = b->k->ndim + (b->k->kind == KIR_ROWS);
   for (int d = 0; d < nst; d++)
-    kst[d] = 0;
+    kst[d] = 0, lb->n[d] = 0;
   for (int j = 0; j < m->ndim; j++)
-    if (m->map[j] >= 0)
-      kst[m->map[j]] += vst[j];
+    if (m->map[j] >= 0) {
+      int d = m->map[j];
+      kst[d] += vst[j];
+      lb->t[d][lb->n[d]++] = term_of(vs[j]);
+    }
 }
 
-/* Where a stored value is, as a tensor layout: strides and dtype. */
+/* Where a stored value is, as a tensor layout: strides (their sources in
+** vs) and dtype. */
 static void ref_layout(fb *b, fuse_ref r, int node, int64_t *vst,
-                       tc_dtype *dt)
+                       tc_dtype *dt, lsrc *vs)
 {
   const fuse_graph *g = b->g;
   const tc_tensor *t = NULL;
+  int input = -1;
   if (r.kind == FREF_INPUT)
-    t = g->inputs[r.index];
+    input = r.index;
   else if (r.kind == FREF_DEST)
-    t = g->inputs[g->out_dest[r.index]];
+    input = g->out_dest[r.index];
+  if (input >= 0)
+    t = g->inputs[input];
   if (t) {
     memcpy(vst, t->stride, sizeof(int64_t) * t->ndim);
     *dt = (tc_dtype)t->dtype;
+    for (int j = 0; j < t->ndim; j++)
+      vs[j] = src_of(LS_ISTRIDE, input, 0, j);
   } else {
     const fuse_node *n = &g->nodes[node];
     tensor_contiguous_strides(n->ndim, n->shape, vst);
     *dt = (tc_dtype)n->dtype;
+    for (int j = 0; j < n->ndim; j++)
+      vs[j] = src_of(LS_NCST, node, 0, j);
   }
 }
 
 /* In a flat row (SUM_ALL), a load must step through the row's shape in C
 ** order at one stride (dense) or not at all (a scalar). */
-static int flat_stride(fb *b, const int64_t *vst, const vmap *m, int64_t *st)
+static int flat_stride(fb *b, const int64_t *vst, const vmap *m, int64_t *st,
+                       const lsrc *vs, lbuf *lb)
 {
   int64_t cst[TC_MAX_DIMS];
   tensor_contiguous_strides(b->flat_ndim, b->flat_shape, cst);
@@ -1078,6 +1130,11 @@ static int flat_stride(fb *b, const int64_t *vst, const vmap *m, int64_t *st)
     int64_t cj = vst[j] / cst[lead + j];
     if (c >= 0 && cj != c)
       return fail(b, "sum_all over a strided operand");
+    /* the stride as the recipe computes it: every dim's must agree */
+    lb->t[0][lb->n[0]++] = (lterm){ vs[j],
+                                    src_of(LS_ECST, b->flat_node, 0,
+                                           lead + j) };
+    lb->same = true;
     c = cj;
   }
   if (lead > 0 && c != 0 && c != -1) {
@@ -1087,20 +1144,26 @@ static int flat_stride(fb *b, const int64_t *vst, const vmap *m, int64_t *st)
         return fail(b, "sum_all over a broadcast operand");
   }
   *st = c < 0 ? 0 : c;
+  if (c < 0)
+    lb->n[0] = 0;
   return 0;
 }
 
+/* vs, os: where the value's strides and the offset come from. */
 static int load(fb *b, fuse_ref r, int64_t off, tc_dtype dt,
-                const int64_t *vst, const vmap *m)
+                const int64_t *vst, const vmap *m, const lsrc *vs, lsrc os)
 {
   int64_t kst[TC_MAX_DIMS + 1];
+  lbuf lb;
+  lbuf_init(&lb, os);
   if (b->flat) {
-    if (flat_stride(b, vst, m, &kst[0]) < 0)
+    lb.n[0] = 0;
+    if (flat_stride(b, vst, m, &kst[0], vs, &lb) < 0)
       return -1;
   } else {
-    fold(b, m, vst, kst);
+    fold(b, m, vst, kst, vs, &lb);
   }
-  int buf = buffer(b, KIR_IN, r, off, dt, kst);
+  int buf = buffer(b, KIR_IN, r, off, dt, kst, &lb);
   return buf < 0 ? -1 : kir_load(b->k, buf);
 }
 
@@ -1202,13 +1265,14 @@ static int eval(fb *b, int n, const vmap *m);
 ** the reference, element offset, strides and dtype; -1 when it is a view
 ** of a value that is not stored contiguously. */
 static int edge_layout(fb *b, const fuse_edge *e, fuse_ref *r, int64_t *off,
-                       int64_t *vst, tc_dtype *dt)
+                       int64_t *vst, tc_dtype *dt, lsrc *vs, lsrc *os)
 {
   const fuse_graph *g = b->g;
   int src = e->src;
+  *os = src_of(LS_ZERO, 0, 0, 0);
   if (src < 0) {
     *r = (fuse_ref){ FREF_INPUT, -src - 1 };
-    ref_layout(b, *r, -1, vst, dt);
+    ref_layout(b, *r, -1, vst, dt, vs);
   } else {
     *r = b->where[src];
     if (r->kind != FREF_TEMP && r->kind != FREF_OUTPUT)
@@ -1219,6 +1283,9 @@ static int edge_layout(fb *b, const fuse_edge *e, fuse_ref *r, int64_t *off,
   if (e->viewed) {
     memcpy(vst, e->geom.stride, sizeof(int64_t) * (size_t)e->geom.ndim);
     *off = e->geom.offset;
+    for (int j = 0; j < e->geom.ndim; j++)
+      vs[j] = edge_src(b, e, LS_ESTRIDE, j);
+    *os = edge_src(b, e, LS_EOFF, 0);
   }
   return 0;
 }
@@ -1243,9 +1310,10 @@ static int eval_edge_at(fb *b, const fuse_edge *e, const vmap *om)
   fuse_ref r;
   int64_t off, vst[TC_MAX_DIMS];
   tc_dtype dt;
-  if (edge_layout(b, e, &r, &off, vst, &dt) < 0)
+  lsrc vs[TC_MAX_DIMS], os;
+  if (edge_layout(b, e, &r, &off, vst, &dt, vs, &os) < 0)
     return -1;
-  return load(b, r, off, dt, vst, om);
+  return load(b, r, off, dt, vst, om, vs, os);
 }
 
 /* The value of operand e of a user with coordinates um over ushape. */
@@ -1283,11 +1351,16 @@ static int eval_take(fb *b, int n, const vmap *m)
   fuse_ref r;
   int64_t off, vst[TC_MAX_DIMS], kst[TC_MAX_DIMS + 1];
   tc_dtype dt;
-  if (iv < 0 || edge_layout(b, ea, &r, &off, vst, &dt) < 0)
+  lsrc vs[TC_MAX_DIMS], os;
+  lbuf lb;
+  if (iv < 0 || edge_layout(b, ea, &r, &off, vst, &dt, vs, &os) < 0)
     return -1;
-  fold(b, &am, vst, kst);
+  lbuf_init(&lb, os);
+  fold(b, &am, vst, kst, vs, &lb);
+  lb.gstride = term_of(vs[d]);
+  lb.gsize = term_of(edge_src(b, ea, LS_ESHAPE, d));
   int buf = buffer_of(b, KIR_IN, r, off, dt, kst,
-                      (gaxis){ true, vst[d], ashape[d] });
+                      (gaxis){ true, vst[d], ashape[d] }, &lb);
   return buf < 0 ? -1 : kir_gather(b->k, buf, kir_cast(b->k, TC_I64, iv));
 }
 
@@ -1323,8 +1396,9 @@ static int eval(fb *b, int n, const vmap *m)
       return fail(b, "a value is used before it is computed");
     int64_t vst[TC_MAX_DIMS];
     tc_dtype dt;
-    ref_layout(b, b->where[n], n, vst, &dt);
-    v = load(b, b->where[n], 0, dt, vst, m);
+    lsrc vs[TC_MAX_DIMS];
+    ref_layout(b, b->where[n], n, vst, &dt, vs);
+    v = load(b, b->where[n], 0, dt, vst, m, vs, src_of(LS_ZERO, 0, 0, 0));
   } else if (kind_of(nd) != NK_PW) {
     /* A reduction of this kernel: its value for the row (grouping made
     ** sure it is read only at its own row). */
@@ -1364,9 +1438,12 @@ static int out_buffer(fb *b, int n, const vmap *m)
 {
   int64_t vst[TC_MAX_DIMS], kst[TC_MAX_DIMS + 1];
   tc_dtype dt;
-  ref_layout(b, b->where[n], n, vst, &dt);
-  fold(b, m, vst, kst);
-  return buffer(b, KIR_OUT, b->where[n], 0, dt, kst);
+  lsrc vs[TC_MAX_DIMS];
+  lbuf lb;
+  lbuf_init(&lb, src_of(LS_ZERO, 0, 0, 0));
+  ref_layout(b, b->where[n], n, vst, &dt, vs);
+  fold(b, m, vst, kst, vs, &lb);
+  return buffer(b, KIR_OUT, b->where[n], 0, dt, kst, &lb);
 }
 
 static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
@@ -1380,6 +1457,24 @@ static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
   b->k->pass[b->k->npasses++] = (kir_pass){ (uint8_t)kind, 0, (int16_t)buf,
                                             kir_cast(b->k, dt, value) };
   return 0;
+}
+
+/* Record the kernel's sizes and row length (before kir_collapse). */
+static void record_kernel(fb *b, const lsrc *size, lsrc row_len)
+{
+  if (b->rec && recipe_kernel(b->rec, b->cur, b->k->ndim, size, row_len) < 0) {
+    recipe_free(b->rec);
+    b->rec = NULL;
+  }
+}
+
+/* Record that step s (extern, copy) reads node n's operands' views. */
+static void record_step_node(fb *b, int s, int n)
+{
+  if (b->rec && recipe_step_node(b->rec, s, n) < 0) {
+    recipe_free(b->rec);
+    b->rec = NULL;
+  }
 }
 
 static void kernel_begin(fb *b, int s)
@@ -1406,6 +1501,10 @@ static int build_map(fb *b, int s)
   k->kind = KIR_MAP;
   k->ndim = g->nodes[first].ndim;
   memcpy(k->size, g->nodes[first].shape, sizeof(int64_t) * (size_t)k->ndim);
+  lsrc size[TC_MAX_DIMS];
+  for (int d = 0; d < k->ndim; d++)
+    size[d] = src_of(LS_NSHAPE, first, 0, d);
+  record_kernel(b, size, src_of(LS_ZERO, 0, 0, 0));
   vmap id = { .ndim = k->ndim };
   for (int d = 0; d < k->ndim; d++)
     id.map[d] = d;
@@ -1548,14 +1647,22 @@ static int build_rows_general(fb *b, int s)
   /* Coordinates of the three classes of values over the row space. */
   vmap full = { .ndim = rs->r }, rowk = { .ndim = rs->r },
        rowr = { .ndim = rs->r - 1 };
+  /* the row space is the shape the step's first reduction reads (a 0-d
+  ** one: a row of one) */
+  int rn = b->p->steps[s].node, rsn;
+  edge_shape(g, &g->nodes[rn].in[0], &rsn);
+  lsrc size[TC_MAX_DIMS], row_len = rsn == 0 ? src_of(LS_ONE, 0, 0, 0)
+                                   : src_of(LS_ESHAPE, rn, 0, rs->d);
   for (int j = 0, o = 0; j < rs->r; j++) {
     full.map[j] = j == rs->d ? k->ndim : o;
     rowk.map[j] = j == rs->d ? -1 : o;
     if (j != rs->d) {
       rowr.map[o] = o;
+      size[o] = src_of(LS_ESHAPE, rn, 0, j);
       k->size[o++] = rs->shape[j];
     }
   }
+  record_kernel(b, size, row_len);
   /* A value that a REDUCE pass folds and later passes read again (softmax's
   ** exps) is kept rather than computed twice: stored by that pass into the
   ** buffer of the kernel's one full-row value that goes to memory, which
@@ -1665,16 +1772,22 @@ static int build_sum_all(fb *b, int s, int n)
   for (int j = 0; j < r; j++)
     numel *= ishape[j];
   k->row_len = numel;
+  record_kernel(b, NULL, src_of(LS_ENUMEL, n, 0, 0));
   b->flat = true;
   b->flat_ndim = r;
   b->flat_shape = ishape;
+  b->flat_node = n;
   for (int j = 0; j < r; j++)
     um.map[j] = 0;
   if (b->copy[n]) {
     int64_t cst[TC_MAX_DIMS];
+    lsrc vs[TC_MAX_DIMS];
     tensor_contiguous_strides(r, ishape, cst);
+    for (int j = 0; j < r; j++)
+      vs[j] = src_of(LS_ECST, n, 0, j);
     fuse_ref t = { FREF_TEMP, b->copy_temp[n] };
-    x = load(b, t, 0, (tc_dtype)b->p->temps[t.index].dtype, cst, &um);
+    x = load(b, t, 0, (tc_dtype)b->p->temps[t.index].dtype, cst, &um, vs,
+             src_of(LS_ZERO, 0, 0, 0));
   } else {
     x = eval_edge(b, e0, r, ishape, &um);
   }
@@ -1700,6 +1813,7 @@ static int build_extern(fb *b, int s, int n)
 {
   const fuse_node *nd = &b->g->nodes[n];
   fuse_step *st = &b->p->steps[s];
+  record_step_node(b, s, n);
   for (int e = 0; e < nd->nin; e++) {
     int src = nd->in[e].src;
     if (src == FUSE_ABSENT) {
@@ -1745,10 +1859,8 @@ static bool pointwise_buf(const kir_kernel *k, int i, int64_t off)
 ** (its tiles run while other tiles of the matmul still read the operands)
 ** nor any write-back target. Any split of a MAP kernel's points computes
 ** the same bits, so the fused pair equals the two steps run in turn. */
-static void mark_epilogues(fb *b)
+static void mark_epilogues(const fuse_graph *g, fuse_plan *p)
 {
-  const fuse_graph *g = b->g;
-  fuse_plan *p = b->p;
   for (int s = 0; s + 1 < p->nsteps; s++) {
     fuse_step *e = &p->steps[s];
     const fuse_step *st = &p->steps[s + 1];
@@ -1926,6 +2038,7 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
     goto done;
   }
   b.p = p;
+  b.rec = dynamic ? recipe_new() : NULL;
   p->dynamic = dynamic;
   p->nregion = 0;
   for (int i = 0; i < g->nnodes; i++)
@@ -1950,6 +2063,7 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
                              : b.where[e0->src];
       st->in_viewed[0] = e0->viewed;
       st->in_geom[0] = e0->geom;
+      record_step_node(&b, s, st->node);
       if (st->from.kind == FREF_NONE)
         rc = fail(&b, "a copied operand is not stored");
     } else if (st->kind == FSTEP_EXTERN) {
@@ -1964,7 +2078,11 @@ static fuse_plan *build_once(const fuse_graph *g, bool dynamic, bool *force,
   if (rc == 0)
     rc = record_origins(&b);
   if (rc == 0)
-    mark_epilogues(&b);
+    mark_epilogues(g, p);
+  if (rc == 0 && b.rec && recipe_seal(b.rec, g, p->nsteps) == 0) {
+    p->recipe = b.rec;
+    b.rec = NULL;
+  }
 done:
   if (rc < 0 && b.over && b.member >= 0 && split_at(&b, b.member, b.first))
     b.retry = 1;
@@ -1979,6 +2097,7 @@ done:
   free(b.seen);
   free(b.where);
   free(b.cache);
+  recipe_free(b.rec);
   *retry = b.retry;
   if (rc < 0) {
     if (!reason[0])
@@ -2218,6 +2337,44 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   return p;
 }
 
+fuse_plan *fuse_relayout(const fuse_plan *code, const fuse_graph *g0,
+                         fuse_plan *reuse)
+{
+  if (!code->recipe) {
+    fuse_plan_free(reuse);
+    return NULL;
+  }
+  /* The recipe names nodes of the graph with its composites decomposed;
+  ** without any, that is g0 itself. */
+  bool composites = false;
+  for (int i = 0; i < g0->nnodes && !composites; i++)
+    composites = is_composite(&g0->nodes[i]) && !(g0->eager && g0->eager[i]);
+  if (!composites)
+    return recipe_apply(code->recipe, code, g0, reuse, mark_epilogues);
+  fuse_graph gx;
+  if (expand(g0, &gx) < 0) {
+    fuse_plan_free(reuse);
+    return NULL;
+  }
+  fuse_plan *p = recipe_apply(code->recipe, code, &gx, reuse, mark_epilogues);
+  free((void *)gx.nodes);
+  free((void *)gx.out_node);
+  return p;
+}
+
+void fuse_plan_adopt_recipe(fuse_plan *code, fuse_plan *from)
+{
+  /* Made where sizes coincided (a KV length equal to the head size), a
+  ** recipe would fit only those shapes: keep the one that tells more
+  ** numbers apart. */
+  if (!from->recipe || (code->recipe && recipe_distinct(from->recipe) <
+                                          recipe_distinct(code->recipe)))
+    return;
+  recipe_free(code->recipe);
+  code->recipe = from->recipe;
+  from->recipe = NULL;
+}
+
 void fuse_plan_free(fuse_plan *p)
 {
   if (!p)
@@ -2231,6 +2388,7 @@ void fuse_plan_free(fuse_plan *p)
   free(p->steps);
   free(p->temps);
   free(p->out_ref);
+  recipe_free(p->recipe);
   free(p);
 }
 

@@ -182,6 +182,7 @@ static void load(void)
   c.kernels_max = (int)env_int("TC_KERNELS_MAX", 1024, 1, 1 << 24);
   c.log = env_log();
   c.debug = env_bool("TC_DEBUG", false);
+  c.check_layout = env_bool("TC_CHECK_LAYOUT", false);
   c.stats = env_bool("TC_STATS", false);
   cfg = c;
 }

@@ -209,6 +209,9 @@ typedef struct {
   int kernels_max;         /* TC_KERNELS_MAX: loaded kernels (1024) */
   unsigned log;            /* TC_LOG: tc_log_cat bits */
   bool debug;              /* TC_DEBUG: print plans and generated code */
+  bool check_layout;       /* TC_CHECK_LAYOUT: build each shape-dynamic
+                              layout again with fuse_build as well and
+                              abort if it differs (tests) */
   bool stats;              /* TC_STATS: print counters at exit */
 } tensor_config;
 
@@ -327,6 +330,13 @@ static inline void tensor_contiguous_strides(int ndim, const int64_t *shape,
     stride[i] = s;
     s *= shape[i] > 1 ? shape[i] : 1;
   }
+}
+static inline int64_t tensor_shape_numel(int ndim, const int64_t *shape)
+{
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++)
+    n *= shape[i];
+  return n;
 }
 /* Normalize a possibly negative dim against ndim; -1 with error if bad. */
 int tensor_wrap_dim(const char *fn, int dim, int ndim);

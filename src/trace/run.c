@@ -8,6 +8,7 @@
 ** CUDA key's kernels.
 */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "compile_int.h"
@@ -274,9 +275,65 @@ static bool same_code(const fuse_plan *now, const fuse_plan *code)
   return true;
 }
 
-/* The layout of shape-dynamic plan tp for region r's shapes: a plan built
-** for them, kept (the last TUNE_DYNAMIC_LAYOUTS), or NULL when its kernels are not
-** the compiled ones (then the region runs eagerly). */
+static bool same_geom(const tensor_geom *a, const tensor_geom *b)
+{
+  return a->ndim == b->ndim && a->offset == b->offset &&
+         memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0 &&
+         memcmp(a->stride, b->stride, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+/* Do layouts a and b (of one code) agree on every number a run reads? */
+static bool same_layout(const fuse_plan *a, const fuse_plan *b)
+{
+  if (a->nsteps != b->nsteps || a->ntemps != b->ntemps)
+    return false;
+  for (int t = 0; t < a->ntemps; t++)
+    if (a->temps[t].ndim != b->temps[t].ndim ||
+        memcmp(a->temps[t].shape, b->temps[t].shape,
+               sizeof(int64_t) * (size_t)a->temps[t].ndim) != 0)
+      return false;
+  for (int s = 0; s < a->nsteps; s++) {
+    const fuse_step *x = &a->steps[s], *y = &b->steps[s];
+    if (x->epilogue != y->epilogue)
+      return false;
+    for (int e = 0; e < 3 && x->kind != FSTEP_KERNEL; e++)
+      if (x->in_viewed[e] && !same_geom(&x->in_geom[e], &y->in_geom[e]))
+        return false;
+    if (x->kind != FSTEP_KERNEL)
+      continue;
+    const kir_kernel *k = x->k, *l = y->k;
+    int nst = k->ndim + (k->kind == KIR_ROWS);
+    if (k->ndim != l->ndim || k->row_len != l->row_len ||
+        memcmp(k->size, l->size, sizeof(int64_t) * (size_t)k->ndim) != 0)
+      return false;
+    for (int i = 0; i < k->nbufs; i++)
+      if (x->buf_off[i] != y->buf_off[i] ||
+          memcmp(k->buf[i].stride, l->buf[i].stride,
+                 sizeof(int64_t) * (size_t)nst) != 0)
+        return false;
+  }
+  return true;
+}
+
+/* A plan built for r's shapes by fuse_build, or NULL. */
+static fuse_plan *build_layout(trace_plan *tp, trace_region *r)
+{
+  trace_graph gb;
+  char reason[128];
+  fuse_plan *now = NULL;
+  if (trace_graph_of(r, &gb) == 0) {
+    gb.g.eager = tp->eager;
+    now = fuse_build(&gb.g, true, reason, sizeof reason);
+  }
+  trace_graph_free(&gb);
+  return now;
+}
+
+/* The layout of shape-dynamic plan tp for region r's shapes: the code's
+** recipe applied to them (fuse_relayout), else a plan built for them whose
+** code is the compiled one; kept (the last TUNE_DYNAMIC_LAYOUTS), or NULL
+** when its kernels are not the compiled ones (then the region runs
+** eagerly). */
 static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
 {
   uint64_t key = guard_key_of(r->ninputs, (const tc_tensor *const *)r->inputs,
@@ -290,24 +347,51 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
     if (tp->layouts[i].used < tp->layouts[slot].used)
       slot = i;
   }
+  /* The layout in the slot is no longer wanted: this one takes its
+  ** memory. */
+  fuse_plan *now = NULL, *reuse = tp->layouts[slot].layout;
+  tp->layouts[slot].layout = NULL;
+  tp->layouts[slot].key = 0;
   trace_graph gb;
-  char reason[128];
-  fuse_plan *now = NULL;
-  if (trace_graph_of(r, &gb) == 0) {
+  if (tp->plan->recipe && trace_graph_of(r, &gb) == 0) {
     gb.g.eager = tp->eager;
-    now = fuse_build(&gb.g, true, reason, sizeof reason);
+    now = fuse_relayout(tp->plan, &gb.g, reuse);
+    reuse = NULL;
   }
-  trace_graph_free(&gb);
-  if (now && !same_code(now, tp->plan)) {
-    if (tensor_log_on(TC_LOG_RECOMPILES))
-      tensor_log(TC_LOG_RECOMPILES, "region %016llx: its shape-dynamic "
-                 "kernels do not fit these shapes; running eagerly",
-                 (unsigned long long)r->hash);
-    fuse_plan_free(now);
-    now = NULL;
+  fuse_plan_free(reuse);
+  if (tp->plan->recipe)
+    trace_graph_free(&gb);
+  if (now && tensor_cfg()->check_layout) {
+    /* (fuse_build may find fewer buffers: strides that now coincide) */
+    fuse_plan *built = build_layout(tp, r);
+    if (built && same_code(built, tp->plan) && !same_layout(now, built)) {
+      fprintf(stderr, "tc: TC_CHECK_LAYOUT: region %016llx: fuse_relayout "
+              "differs from fuse_build\n", (unsigned long long)r->hash);
+      fuse_plan_dump(now, stderr);
+      fuse_plan_dump(built, stderr);
+      abort();
+    }
+    fuse_plan_free(built);
   }
   if (now) {
-    fuse_plan_free(tp->layouts[slot].layout);
+    eager_count(ST_LAYOUTS_DERIVED);
+  } else {
+    /* Sizes relate otherwise than when the recipe was made: build. */
+    now = build_layout(tp, r);
+    eager_count(ST_LAYOUTS_BUILT);
+    if (now && !same_code(now, tp->plan)) {
+      if (tensor_log_on(TC_LOG_RECOMPILES))
+        tensor_log(TC_LOG_RECOMPILES, "region %016llx: its shape-dynamic "
+                   "kernels do not fit these shapes; running eagerly",
+                   (unsigned long long)r->hash);
+      fuse_plan_free(now);
+      now = NULL;
+    } else if (now && now->recipe) {
+      fuse_plan_adopt_recipe(tp->plan, now);   /* these shapes' relations
+                                                  may be the ones that last */
+    }
+  }
+  if (now) {
     tp->layouts[slot].layout = now;
     tp->layouts[slot].key = key;
     tp->layouts[slot].used = ++tp->clock;

@@ -549,6 +549,114 @@ static void test_trace_small_chain_not_fooled(void **state)
   tc_release(strided);
 }
 
+/* -- Shape-dynamic layouts ------------------------------------------------ */
+
+enum { KV_D = 16, KV_N = 48, KV_MAX = 40 };
+
+/* One decoding step as a model writes it: store this position's key and
+** value rows into the caches, then attend over the first T rows (the
+** softmax from primitives), and read the result. */
+static void attend_step(tc_tensor *q, tc_tensor *kc, tc_tensor *vc,
+                        tc_tensor *krow, tc_tensor *vrow, int64_t T,
+                        float *out)
+{
+  size_t mark = tc_scope_begin();
+  assert_int_equal(tc_copy_(tc_slice(kc, 0, T - 1, T, 1), krow), 0);
+  assert_int_equal(tc_copy_(tc_slice(vc, 0, T - 1, T, 1), vrow), 0);
+  tc_tensor *k = tc_slice(kc, 0, 0, T, 1), *v = tc_slice(vc, 0, 0, T, 1);
+  tc_tensor *s = tc_mul_scalar(tc_matmul(q, tc_transpose(k, 0, 1)), 0.25);
+  tc_tensor *e = tc_exp(tc_sub(s, tc_max(s, -1, true)));
+  tc_tensor *o = tc_matmul(tc_div(e, tc_sum(e, -1, true)), v);
+  assert_int_equal(tc_copy_to(tc_add(o, q), out, sizeof(float) * KV_D), 0);
+  tc_scope_end(mark);
+}
+
+/* Decode KV_MAX positions; out[T - 1] gets step T's result. */
+static void decode(float (*out)[KV_D])
+{
+  tc_tensor *q = tc_randn(TC_F32, TC_SHAPE(1, KV_D), 1);
+  tc_tensor *kc = tc_zeros(TC_F32, TC_SHAPE(KV_N, KV_D));
+  tc_tensor *vc = tc_zeros(TC_F32, TC_SHAPE(KV_N, KV_D));
+  for (int64_t T = 1; T <= KV_MAX; T++) {
+    tc_tensor *kr = tc_randn(TC_F32, TC_SHAPE(1, KV_D), 100 + (uint64_t)T);
+    tc_tensor *vr = tc_randn(TC_F32, TC_SHAPE(1, KV_D), 200 + (uint64_t)T);
+    attend_step(q, kc, vc, kr, vr, T, out[T - 1]);
+    tc_release(kr);
+    tc_release(vr);
+  }
+  tc_release(q);
+  tc_release(kc);
+  tc_release(vc);
+}
+
+/* A KV cache that grows every step: past TC_RECOMPILE_LIMIT lengths the
+** attention region is shape-dynamic, and each new length's sizes and
+** strides are derived from its plan, not planned again (issue 10, item 5);
+** the results equal eager's bit for bit. */
+static void test_trace_dynamic_layouts_derived(void **state)
+{
+  (void)state;
+  static float want[KV_MAX][KV_D], got[KV_MAX][KV_D];
+  tc_compile_set(false);
+  decode(want);
+  tc_compile_set(true);
+  decode(got);
+  tc_sync();
+  for (int T = 0; T < KV_MAX; T++)
+    for (int j = 0; j < KV_D; j++)
+      assert_memory_equal(&got[T][j], &want[T][j], sizeof(float));
+  tc_stats s;
+  tc_stats_get(&s);
+  /* 40 lengths, 8 specialized: more than 30 new lengths went through a
+  ** shape-dynamic plan. A length equal to another size of the program
+  ** (T = 16 = KV_D) relates the sizes otherwise and is planned again;
+  ** every other length is derived. */
+  assert_true(s.regions_compiled > 0);
+  assert_true(s.layouts_derived >= 25);
+  assert_true(s.layouts_built <= 3);
+  assert_int_equal(s.compile_failures, 0);
+}
+
+/* Two values in one region, y of length n and w of 8, each read twice:
+** compiled shape-dynamic when n was 8, both went into one MAP kernel over
+** 8 points (and the four reductions into one ROWS kernel). Derived for
+** n = 9, that kernel would compute 8 of y's 9 values; the sizes now relate
+** otherwise, so the plan is built again for them and (its code not the
+** compiled one) the region runs eagerly. */
+static double two_lengths(int64_t n)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *y = tc_exp(tc_mul_scalar(tc_arange(TC_F32, 0, (double)n, 1),
+                                      0.1));
+  tc_tensor *w = tc_exp(tc_mul_scalar(tc_arange(TC_F32, 0, 8, 1), 0.2));
+  tc_tensor *z = tc_add(tc_add(tc_sum(y, -1, false), tc_max(y, -1, false)),
+                        tc_add(tc_sum(w, -1, false), tc_max(w, -1, false)));
+  double v;
+  assert_int_equal(tc_item(z, &v), 0);
+  tc_scope_end(mark);
+  return v;
+}
+
+static void test_trace_dynamic_layout_sizes_relate_otherwise(void **state)
+{
+  (void)state;
+  /* 8 specialized lengths, then the shape-dynamic compile at n = 8 */
+  const int64_t ns[] = { 20, 21, 22, 23, 24, 25, 26, 27, 8, 8, 9, 10, 11, 9 };
+  enum { NN = sizeof ns / sizeof ns[0] };
+  for (int i = 0; i < NN; i++) {
+    tc_compile_set(false);
+    double want = two_lengths(ns[i]);
+    tc_compile_set(true);
+    for (int rep = 0; rep < 2; rep++) {   /* the second sighting is hot */
+      double got = two_lengths(ns[i]);
+      assert_memory_equal(&got, &want, sizeof got);
+    }
+  }
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_true(s.layouts_built >= 3);   /* n = 9, 10, 11 */
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -578,6 +686,10 @@ int main(void)
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_compile_failure_falls_back,
                                     setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_dynamic_layouts_derived,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(
+      test_trace_dynamic_layout_sizes_relate_otherwise, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
