@@ -173,9 +173,11 @@ static int buffer_nums(fuse_recipe *r, int nst, const lbuf *b, lnum *num)
     if (add_terms(r, b->t[d], b->n[d], &num[d]) < 0)
       return -1;
   num[0].same = b->same;
-  if (add_terms(r, &b->off, 1, &num[nst]) < 0 ||
-      add_terms(r, &b->gstride, 1, &num[nst + 1]) < 0 ||
-      add_terms(r, &b->gsize, 1, &num[nst + 2]) < 0)
+  if (add_terms(r, &b->off, b->off.num.kind != LS_ZERO, &num[nst]) < 0 ||
+      add_terms(r, &b->gstride, b->gstride.num.kind != LS_ZERO,
+                &num[nst + 1]) < 0 ||
+      add_terms(r, &b->gsize, b->gsize.num.kind != LS_ZERO,
+                &num[nst + 2]) < 0)
     return -1;
   return 0;
 }
@@ -275,10 +277,16 @@ static bool num_value(const fuse_recipe *r, const fuse_graph *g, lnum n,
   int64_t sum = 0;
   for (int i = 0; i < n.n; i++) {
     const lterm *t = &r->terms[n.first + i];
-    int64_t a = src_value(g, t->num), b = src_value(g, t->den);
-    if (b == 0 || a % b != 0 || (n.same && i > 0 && a / b != sum))
+    int64_t a = src_value(g, t->num), q = a;
+    if (t->den.kind != LS_ONE) {   /* a flat row's stride */
+      int64_t b = src_value(g, t->den);
+      if (b == 0 || a % b != 0)
+        return false;
+      q = a / b;
+    }
+    if (n.same && i > 0 && q != sum)
       return false;
-    sum = n.same ? a / b : sum + a / b;
+    sum = n.same ? q : sum + q;
   }
   *v = sum;
   return true;

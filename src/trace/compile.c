@@ -38,7 +38,10 @@ static int input_of(const trace_region *r, const tc_tensor *t)
 int trace_graph_of(const trace_region *r, trace_graph *gb)
 {
   memset(gb, 0, sizeof *gb);
-  gb->nodes = calloc((size_t)r->nnodes + 1, sizeof *gb->nodes);
+  /* not cleared: every field a reader uses is set below (a shape-dynamic
+  ** region makes this graph on every run with new shapes; clearing its 20
+  ** KB was the largest cost of deriving the layout) */
+  gb->nodes = malloc(sizeof *gb->nodes * ((size_t)r->nnodes + 1));
   gb->out_node = calloc((size_t)r->noutputs + 1, sizeof(int));
   gb->out_dest = calloc((size_t)r->noutputs + 1, sizeof(int));
   if (!gb->nodes || !gb->out_node || !gb->out_dest)
@@ -56,8 +59,13 @@ int trace_graph_of(const trace_region *r, trace_graph *gb)
     f->keepdim = n->keepdim;
     f->orig = i;
     f->eager = false;
+    f->gather = false;
     f->sc[0] = (fuse_scalar){ 0, 0 };
     f->sc[1] = (fuse_scalar){ 1, 0 };
+    for (int e = 0; e < 3; e++) {
+      f->in[e].src = FUSE_ABSENT;
+      f->in[e].viewed = false;
+    }
     for (int e = 0; e < n->nin; e++) {
       const trace_edge *te = &n->in[e];
       fuse_edge *fe = &f->in[e];
