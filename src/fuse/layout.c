@@ -130,6 +130,10 @@ static lstep *step_at(fuse_recipe *r, int s)
 
 static int add_terms(fuse_recipe *r, const lterm *t, int n, lnum *out)
 {
+  if (n == 0) {
+    *out = (lnum){ 0, 0, false };
+    return 0;
+  }
   if (grow((void **)&r->terms, &r->cap_terms, r->nterms + n,
            sizeof *r->terms) < 0)
     return -1;
@@ -525,9 +529,11 @@ static bool fill_like(fuse_plan *p, const fuse_plan *code)
   p->nregion = code->nregion;
   p->noutputs = code->noutputs;
   p->ntemps = code->ntemps;
-  memcpy(p->out_ref, code->out_ref,
-         sizeof *p->out_ref * (size_t)code->noutputs);
-  memcpy(p->temps, code->temps, sizeof *p->temps * (size_t)code->ntemps);
+  if (code->noutputs > 0)
+    memcpy(p->out_ref, code->out_ref,
+           sizeof *p->out_ref * (size_t)code->noutputs);
+  if (code->ntemps > 0)
+    memcpy(p->temps, code->temps, sizeof *p->temps * (size_t)code->ntemps);
   for (int s = 0; s < code->nsteps; s++) {
     const fuse_step *cs = &code->steps[s];
     fuse_step *st = &p->steps[s];
