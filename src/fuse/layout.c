@@ -106,7 +106,6 @@ static int grow(void **a, int *cap, int need, size_t size)
   return 0;
 }
 
-/* Append n terms; their lnum. */
 /* Step s's entry, made (empty) on first use; NULL when out of memory. */
 static lstep *step_at(fuse_recipe *r, int s)
 {
@@ -128,6 +127,7 @@ static lstep *step_at(fuse_recipe *r, int s)
   return &r->steps[s];
 }
 
+/* Append n terms; their lnum. */
 static int add_terms(fuse_recipe *r, const lterm *t, int n, lnum *out)
 {
   if (n == 0) {
@@ -176,7 +176,8 @@ static int buffer_nums(fuse_recipe *r, int nst, const lbuf *b, lnum *num)
   for (int d = 0; d < nst; d++)
     if (add_terms(r, b->t[d], b->n[d], &num[d]) < 0)
       return -1;
-  num[0].same = b->same;
+  if (nst > 0)
+    num[0].same = b->same;
   if (add_terms(r, &b->off, b->off.num.kind != LS_ZERO, &num[nst]) < 0 ||
       add_terms(r, &b->gstride, b->gstride.num.kind != LS_ZERO,
                 &num[nst + 1]) < 0 ||
@@ -245,7 +246,6 @@ static int64_t cstride(int ndim, const int64_t *shape, int j)
     c *= shape[d] > 1 ? shape[d] : 1;
   return c;
 }
-
 
 static int64_t src_value(const fuse_graph *g, lsrc s)
 {
