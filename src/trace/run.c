@@ -377,6 +377,11 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
     eager_count(ST_LAYOUTS_DERIVED);
   } else {
     /* Sizes relate otherwise than when the recipe was made: build. */
+    if (tp->plan->recipe && tensor_log_on(TC_LOG_RECOMPILES))
+      tensor_log(TC_LOG_RECOMPILES, "region %016llx: these sizes relate "
+                 "otherwise than its shape-dynamic plan's did (two are "
+                 "equal that were not, or the other way round); planning "
+                 "this layout again", (unsigned long long)r->hash);
     now = build_layout(tp, r);
     eager_count(ST_LAYOUTS_BUILT);
     if (now && !same_code(now, tp->plan)) {
