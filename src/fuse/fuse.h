@@ -134,6 +134,9 @@ typedef struct fuse_plan {
   void (*compiled_free)(void *);   /* frees steps[i].compiled */
   struct fuse_recipe *recipe;      /* dynamic plans: how the layout follows
                                       from the graph (layout.h), or NULL */
+  const struct fuse_plan *code;    /* a layout from fuse_relayout: the plan
+                                      whose steps and kernels it has (only
+                                      compared, never read) */
 } fuse_plan;
 
 /* Build the plan for g (its composites decomposed into primitive nodes by

@@ -613,11 +613,16 @@ fuse_plan *recipe_apply(const fuse_recipe *r, const fuse_plan *code,
     return NULL;
   }
   fuse_plan *p = reuse;
-  if (!reusable(p, code)) {
-    fuse_plan_free(p);
-    p = plan_new(code);
+  bool ok = true;
+  if (!p || p->code != code) {   /* else only its numbers change */
+    if (!reusable(p, code)) {
+      fuse_plan_free(p);
+      p = plan_new(code);
+    }
+    ok = p && fill_like(p, code);
+    if (ok)
+      p->code = code;
   }
-  bool ok = p && fill_like(p, code);
   for (int t = 0; t < code->ntemps && ok; t++) {
     const fuse_node *nd = &g->nodes[r->temp[t].node];
     int ndim;
