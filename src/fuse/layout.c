@@ -91,37 +91,15 @@ void recipe_free(fuse_recipe *r)
   free(r);
 }
 
-static int grow(void **a, int *cap, int need, size_t size)
-{
-  if (need <= *cap)
-    return 0;
-  int c = *cap ? *cap * 2 : 32;
-  while (c < need)
-    c *= 2;
-  void *p = realloc(*a, size * (size_t)c);
-  if (!p)
-    return -1;
-  *a = p;
-  *cap = c;
-  return 0;
-}
-
 /* Step s's entry, made (empty) on first use; NULL when out of memory. */
 static lstep *step_at(fuse_recipe *r, int s)
 {
-  if (s >= r->cap_steps) {
-    int c = r->cap_steps ? r->cap_steps : 16;
-    while (c <= s)
-      c *= 2;
-    lstep *p = realloc(r->steps, sizeof *p * (size_t)c);
-    if (!p)
-      return NULL;
-    memset(p + r->cap_steps, 0, sizeof *p * (size_t)(c - r->cap_steps));
-    for (int i = r->cap_steps; i < c; i++)
-      p[i].node = -1;
-    r->steps = p;
-    r->cap_steps = c;
-  }
+  int old = r->cap_steps;
+  if (tensor_grow((void **)&r->steps, &r->cap_steps, s + 1,
+                  sizeof *r->steps) < 0)
+    return NULL;
+  for (int i = old; i < r->cap_steps; i++)
+    r->steps[i] = (lstep){ .node = -1 };
   if (s >= r->nsteps)
     r->nsteps = s + 1;
   return &r->steps[s];
@@ -134,8 +112,8 @@ static int add_terms(fuse_recipe *r, const lterm *t, int n, lnum *out)
     *out = (lnum){ 0, 0, false };
     return 0;
   }
-  if (grow((void **)&r->terms, &r->cap_terms, r->nterms + n,
-           sizeof *r->terms) < 0)
+  if (tensor_grow((void **)&r->terms, &r->cap_terms, r->nterms + n,
+                  sizeof *r->terms) < 0)
     return -1;
   memcpy(r->terms + r->nterms, t, sizeof *t * (size_t)n);
   *out = (lnum){ r->nterms, n, false };
@@ -204,8 +182,8 @@ int recipe_buffer(fuse_recipe *r, int s, int buf, int nst, const lbuf *b)
 
 int recipe_alias(fuse_recipe *r, int s, int buf, int nst, const lbuf *b)
 {
-  if (grow((void **)&r->alias, &r->cap_alias, r->nalias + 1,
-           sizeof *r->alias) < 0)
+  if (tensor_grow((void **)&r->alias, &r->cap_alias, r->nalias + 1,
+                  sizeof *r->alias) < 0)
     return -1;
   lalias *a = &r->alias[r->nalias];
   if (!(a->num = malloc(sizeof *a->num * (size_t)(nst + 3))))
@@ -218,7 +196,8 @@ int recipe_alias(fuse_recipe *r, int s, int buf, int nst, const lbuf *b)
 
 int recipe_temp(fuse_recipe *r, int t, int node, bool edge)
 {
-  if (grow((void **)&r->temp, &r->cap_temps, t + 1, sizeof *r->temp) < 0)
+  if (tensor_grow((void **)&r->temp, &r->cap_temps, t + 1,
+                  sizeof *r->temp) < 0)
     return -1;
   r->temp[t].node = node;
   r->temp[t].edge = edge;
@@ -238,13 +217,12 @@ int recipe_step_node(fuse_recipe *r, int s, int node)
 
 /* -- Reading numbers ------------------------------------------------------- */
 
-/* tensor_contiguous_strides' stride j (a size 0 counts as 1). */
+/* Contiguous stride j of a shape (tensor_contiguous_strides'). */
 static int64_t cstride(int ndim, const int64_t *shape, int j)
 {
-  int64_t c = 1;
-  for (int d = ndim - 1; d > j; d--)
-    c *= shape[d] > 1 ? shape[d] : 1;
-  return c;
+  int64_t cst[TC_MAX_DIMS];
+  tensor_contiguous_strides(ndim, shape, cst);
+  return cst[j];
 }
 
 static int64_t src_value(const fuse_graph *g, lsrc s)
@@ -298,45 +276,51 @@ static bool num_value(const fuse_recipe *r, const fuse_graph *g, lnum n,
 
 /* -- Facts ----------------------------------------------------------------- */
 
+/* Fact n on: x, kept when within cap; the next n. */
+static int put(int64_t *f, int n, int cap, int64_t x)
+{
+  if (n < cap)
+    f[n] = x;
+  return n + 1;
+}
+
+/* A shape's facts: its sizes, strides (when given), contiguous strides and
+** element count. */
+static int put_shape(int64_t *f, int n, int cap, int ndim,
+                     const int64_t *shape, const int64_t *stride)
+{
+  int64_t cst[TC_MAX_DIMS];
+  tensor_contiguous_strides(ndim, shape, cst);
+  for (int d = 0; d < ndim; d++) {
+    n = put(f, n, cap, shape[d]);
+    if (stride)
+      n = put(f, n, cap, stride[d]);
+    n = put(f, n, cap, cst[d]);
+  }
+  return put(f, n, cap, tensor_shape_numel(ndim, shape));
+}
+
 /* The graph's facts in a fixed order (the structure fixes the count); n
 ** of at most cap written, or the count needed when more. */
 static int facts_of(const fuse_graph *g, int64_t *f, int cap)
 {
-  int n = 0;
-#define PUT(x) do { if (n < cap) f[n] = (x); n++; } while (0)
-  PUT(0);
-  PUT(1);
+  int n = put(f, put(f, 0, cap, 0), cap, 1);
   for (int i = 0; i < g->ninputs; i++) {
     const tc_tensor *t = g->inputs[i];
-    for (int d = 0; d < t->ndim; d++) {
-      PUT(t->shape[d]);
-      PUT(t->stride[d]);
-      PUT(cstride(t->ndim, t->shape, d));
-    }
-    PUT(t->offset);
-    PUT(tensor_shape_numel(t->ndim, t->shape));
+    n = put_shape(f, n, cap, t->ndim, t->shape, t->stride);
+    n = put(f, n, cap, t->offset);
   }
   for (int i = 0; i < g->nnodes; i++) {
     const fuse_node *nd = &g->nodes[i];
-    for (int d = 0; d < nd->ndim; d++) {
-      PUT(nd->shape[d]);
-      PUT(cstride(nd->ndim, nd->shape, d));
-    }
-    PUT(tensor_shape_numel(nd->ndim, nd->shape));
+    n = put_shape(f, n, cap, nd->ndim, nd->shape, NULL);
     for (int e = 0; e < nd->nin; e++) {
-      const fuse_edge *ed = &nd->in[e];
-      if (!ed->viewed)
-        continue;
-      for (int d = 0; d < ed->geom.ndim; d++) {
-        PUT(ed->geom.shape[d]);
-        PUT(ed->geom.stride[d]);
-        PUT(cstride(ed->geom.ndim, ed->geom.shape, d));
+      const tensor_geom *eg = &nd->in[e].geom;
+      if (nd->in[e].viewed) {
+        n = put_shape(f, n, cap, eg->ndim, eg->shape, eg->stride);
+        n = put(f, n, cap, eg->offset);
       }
-      PUT(ed->geom.offset);
-      PUT(tensor_shape_numel(ed->geom.ndim, ed->geom.shape));
     }
   }
-#undef PUT
   return n;
 }
 

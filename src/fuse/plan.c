@@ -155,15 +155,23 @@ static int step_new(fb *b, fuse_step_kind kind)
   return p->nsteps++;
 }
 
+/* After recording into the recipe: out of memory (rc < 0) drops it, and
+** the plan's layouts are planned again for each shape. */
+static void recorded(fb *b, int rc)
+{
+  if (rc < 0) {
+    recipe_free(b->rec);
+    b->rec = NULL;
+  }
+}
+
 /* A temporary of n's dtype and shape: that of node `node`, or (edge) of
 ** the operand it reads. */
 static int temp_new(fb *b, const fuse_node *n, int node, bool edge)
 {
   fuse_plan *p = b->p;
-  if (b->rec && recipe_temp(b->rec, p->ntemps, node, edge) < 0) {
-    recipe_free(b->rec);   /* no recipe: layouts are planned again */
-    b->rec = NULL;
-  }
+  if (b->rec)
+    recorded(b, recipe_temp(b->rec, p->ntemps, node, edge));
   fuse_temp *t = realloc(p->temps, sizeof *t * (size_t)(p->ntemps + 1));
   if (!t)
     return fail(b, "out of memory");
@@ -991,11 +999,9 @@ typedef struct {
 static void record_buffer(fb *b, int i, const lbuf *lb, bool alias)
 {
   int nst = b->k->ndim + (b->k->kind == KIR_ROWS);
-  if (b->rec && (alias ? recipe_alias(b->rec, b->cur, i, nst, lb)
-                       : recipe_buffer(b->rec, b->cur, i, nst, lb)) < 0) {
-    recipe_free(b->rec);
-    b->rec = NULL;
-  }
+  if (b->rec)
+    recorded(b, alias ? recipe_alias(b->rec, b->cur, i, nst, lb)
+                      : recipe_buffer(b->rec, b->cur, i, nst, lb));
 }
 
 /* The kernel buffer for (role, ref, off, dtype, strides over kernel dims,
@@ -1462,19 +1468,15 @@ static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
 /* Record the kernel's sizes and row length (before kir_collapse). */
 static void record_kernel(fb *b, const lsrc *size, lsrc row_len)
 {
-  if (b->rec && recipe_kernel(b->rec, b->cur, b->k->ndim, size, row_len) < 0) {
-    recipe_free(b->rec);
-    b->rec = NULL;
-  }
+  if (b->rec)
+    recorded(b, recipe_kernel(b->rec, b->cur, b->k->ndim, size, row_len));
 }
 
 /* Record that step s (extern, copy) reads node n's operands' views. */
 static void record_step_node(fb *b, int s, int n)
 {
-  if (b->rec && recipe_step_node(b->rec, s, n) < 0) {
-    recipe_free(b->rec);
-    b->rec = NULL;
-  }
+  if (b->rec)
+    recorded(b, recipe_step_node(b->rec, s, n));
 }
 
 static void kernel_begin(fb *b, int s)

@@ -241,3 +241,18 @@ __attribute__((destructor)) static void pool_fini(void)
 {
   tensor_alloc_trim();
 }
+
+int tensor_grow(void **arr, int *cap, int need, size_t esz)
+{
+  if (need <= *cap)
+    return 0;
+  int c = *cap ? *cap * 2 : 16;
+  while (c < need)
+    c *= 2;
+  void *p = realloc(*arr, (size_t)c * esz);
+  if (!p)
+    return -1;
+  *arr = p;
+  *cap = c;
+  return 0;
+}

@@ -354,6 +354,9 @@ void *tensor_alloc(size_t nbytes);     /* 64-byte aligned; NULL on failure */
 void tensor_free_block(void *p, size_t nbytes);
 void tensor_alloc_stats(uint64_t *live, uint64_t *hits, uint64_t *misses);
 void tensor_alloc_trim(void);          /* return cached blocks to the OS */
+/* Grow the array *arr of *cap elements of esz bytes (doubling, 16 at
+** least) to hold need; 0, or -1 (out of memory; *arr unchanged). */
+int tensor_grow(void **arr, int *cap, int need, size_t esz);
 void tensor_alloc_reset_stats(void);
 
 /* -- Device memory: ops a backend registers --------------------------------

@@ -42,21 +42,6 @@ void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
 
 /* -- Bookkeeping: pending writes ------------------------------------------- */
 
-static int grow(void **arr, int *cap, int need, size_t esz)
-{
-  if (need <= *cap)
-    return 0;
-  int c = *cap ? *cap * 2 : 16;
-  while (c < need)
-    c *= 2;
-  void *p = realloc(*arr, (size_t)c * esz);
-  if (!p)
-    return -1;
-  *arr = p;
-  *cap = c;
-  return 0;
-}
-
 trace_pending *trace_pending_find(const tc_tensor *t)
 {
   trace_state *s = &trace_g;
@@ -76,8 +61,8 @@ int trace_pending_set(tc_tensor *dst, trace_node *n)
     w->node = n;
     return 0;
   }
-  if (grow((void **)&s->pending, &s->cap_pending, s->npending + 1,
-           sizeof *s->pending) < 0) {
+  if (tensor_grow((void **)&s->pending, &s->cap_pending, s->npending + 1,
+                  sizeof *s->pending) < 0) {
     trace_node_release(n);
     tc_seterr(TC_E_NOMEM, "out of memory recording an in-place write");
     return -1;
@@ -296,8 +281,8 @@ static int input_of(builder *b, tc_tensor *t, bool *added)
   for (int i = 0; i < b->r.ninputs; i++)
     if (b->r.inputs[i] == t)
       return i;
-  if (grow((void **)&b->r.inputs, &b->cap_inputs, b->r.ninputs + 1,
-           sizeof *b->r.inputs) < 0)
+  if (tensor_grow((void **)&b->r.inputs, &b->cap_inputs, b->r.ninputs + 1,
+                  sizeof *b->r.inputs) < 0)
     return -1;
   b->r.inputs[b->r.ninputs] = t;
   if (added)
@@ -343,8 +328,8 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
     if (rc < 0)
       return -1;
   }
-  if (grow((void **)&b->r.nodes, &b->cap_nodes, b->r.nnodes + 1,
-           sizeof *b->r.nodes) < 0)
+  if (tensor_grow((void **)&b->r.nodes, &b->cap_nodes, b->r.nnodes + 1,
+                  sizeof *b->r.nodes) < 0)
     return -1;
   n->slot = b->r.nnodes;
   b->r.nodes[b->r.nnodes++] = n;

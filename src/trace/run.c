@@ -315,18 +315,12 @@ static bool same_layout(const fuse_plan *a, const fuse_plan *b)
   return true;
 }
 
-/* A plan built for r's shapes by fuse_build, or NULL. */
-static fuse_plan *build_layout(trace_plan *tp, trace_region *r)
+/* A plan built by fuse_build for graph g (NULL: none could be made), or
+** NULL. */
+static fuse_plan *build_layout(const fuse_graph *g)
 {
-  trace_graph gb;
   char reason[128];
-  fuse_plan *now = NULL;
-  if (trace_graph_of(r, &gb) == 0) {
-    gb.g.eager = tp->eager;
-    now = fuse_build(&gb.g, true, reason, sizeof reason);
-  }
-  trace_graph_free(&gb);
-  return now;
+  return g ? fuse_build(g, true, reason, sizeof reason) : NULL;
 }
 
 /* The layout of shape-dynamic plan tp for region r's shapes: the code's
@@ -353,17 +347,19 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
   tp->layouts[slot].layout = NULL;
   tp->layouts[slot].key = 0;
   trace_graph gb;
-  if (tp->plan->recipe && trace_graph_of(r, &gb) == 0) {
+  const fuse_graph *g = NULL;
+  if (trace_graph_of(r, &gb) == 0) {
     gb.g.eager = tp->eager;
-    now = fuse_relayout(tp->plan, &gb.g, reuse);
+    g = &gb.g;
+  }
+  if (g && tp->plan->recipe) {
+    now = fuse_relayout(tp->plan, g, reuse);
     reuse = NULL;
   }
   fuse_plan_free(reuse);
-  if (tp->plan->recipe)
-    trace_graph_free(&gb);
   if (now && tensor_cfg()->check_layout) {
     /* (fuse_build may find fewer buffers: strides that now coincide) */
-    fuse_plan *built = build_layout(tp, r);
+    fuse_plan *built = build_layout(g);
     if (built && same_code(built, tp->plan) && !same_layout(now, built)) {
       fprintf(stderr, "tc: TC_CHECK_LAYOUT: region %016llx: fuse_relayout "
               "differs from fuse_build\n", (unsigned long long)r->hash);
@@ -382,7 +378,7 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
                  "otherwise than its shape-dynamic plan's did (two are "
                  "equal that were not, or the other way round); planning "
                  "this layout again", (unsigned long long)r->hash);
-    now = build_layout(tp, r);
+    now = build_layout(g);
     eager_count(ST_LAYOUTS_BUILT);
     if (now && !same_code(now, tp->plan)) {
       if (tensor_log_on(TC_LOG_RECOMPILES))
@@ -396,6 +392,7 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
                                                   may be the ones that last */
     }
   }
+  trace_graph_free(&gb);
   if (now) {
     tp->layouts[slot].layout = now;
     tp->layouts[slot].key = key;
