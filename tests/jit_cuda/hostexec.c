@@ -230,33 +230,43 @@ static int nvrtc_one(const char *src, const char *arch, jcuda_image kind,
   return 0;
 }
 
-int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
+/* Has NVRTC (and ptxas) accepted src, as `what`, before: in this process or
+** another of the same test run? */
+static bool accepted_before(const char *src, const char *what, char *name,
+                            size_t nlen)
+{
+  snprintf(name, nlen, "%016llx.%s", (unsigned long long)hr_hash(src), what);
+  return hr_cache_has(name, src);
+}
+
+int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen)
 {
   if (!jcuda_nvrtc_available())
     return 1;
   char *src = jcuda_render(k, why, wlen);
   if (!src)
     return -1;
-  /* Accepted before, by this process or another of the same test run. */
-  char accepted[64];
-  snprintf(accepted, sizeof accepted, "%016llx.nvrtc",
-           (unsigned long long)hr_hash(src));
-  if (hr_cache_has(accepted, src)) {
-    free(src);
-    return 0;
+  char ptx_ok[64], cubin_ok[64];
+  int rc = 0;
+  if (!accepted_before(src, "ptxas", ptx_ok, sizeof ptx_ok)) {
+    char *ptx = NULL;
+    rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, why, wlen);
+    if (rc == 0)
+      rc = ptxas(ptx, why, wlen);
+    if (rc == 0)
+      hr_cache_put(ptx_ok, src);
+    free(ptx);
   }
-  char *ptx = NULL, *cubin = NULL;
-  int rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, why, wlen);
-  if (rc == 0)
-    rc = ptxas(ptx, why, wlen);
-  if (rc == 0)
-    rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &cubin, why, wlen);
+  if (rc == 0 && cubin && !accepted_before(src, "cubin", cubin_ok,
+                                           sizeof cubin_ok)) {
+    char *image = NULL;
+    rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &image, why, wlen);
+    if (rc == 0)
+      hr_cache_put(cubin_ok, src);
+    free(image);
+  }
   if (rc < 0)
     fprintf(stderr, "hostexec: the CUDA C that failed:\n%s\n", src);
-  else
-    hr_cache_put(accepted, src);
-  free(ptx);
-  free(cubin);
   free(src);
   return rc;
 }
@@ -266,9 +276,10 @@ int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
 static struct {
   bool host, nvrtc;
   char dump[256];            /* dump=DIR: each distinct kernel's files */
-  unsigned nvrtc_every;
+  unsigned cubin_every;      /* nvrtc:N: NVRTC's cubin for every Nth kernel */
   unsigned long host_cap;    /* host runs per distinct kernel; 0: all */
-  unsigned long launches, distinct, nvrtc_ok, nvrtc_skipped, failures;
+  unsigned long launches, distinct, nvrtc_ok, cubin_ok, nvrtc_skipped,
+                failures;
 } hook;
 
 static void report_failure(const kir_kernel *k, const char *what,
@@ -337,14 +348,16 @@ static void nvrtc_check(const kir_kernel *k)
     dump_kernel(k, n);
   if (first && kir_rt_problem(k, why, sizeof why))   /* tc-dump's parser */
     report_failure(k, "kir_parse round trip", why);
-  if (!first || !hook.nvrtc || n % hook.nvrtc_every != 0)
+  if (!first || !hook.nvrtc)
     return;
-  int rc = hx_nvrtc(k, why, sizeof why);
+  bool cubin = n % hook.cubin_every == 0;
+  int rc = hx_nvrtc(k, cubin, why, sizeof why);
   if (rc < 0)
     report_failure(k, "NVRTC", why);
-  else if (rc == 0)
+  else if (rc == 0) {
     hook.nvrtc_ok++;
-  else
+    hook.cubin_ok += cubin;
+  } else
     hook.nvrtc_skipped++;
 }
 
@@ -382,10 +395,11 @@ static int launch_hook(const kir_kernel *k, char *const *bufs,
 static void summary(void)
 {
   fprintf(stderr, "hostexec: %lu host launches, %lu distinct kernels, NVRTC "
-          "%s: %lu compiled%s, %lu skipped; %lu failures\n", hook.launches,
-          hook.distinct, jcuda_nvrtc_version(), hook.nvrtc_ok,
+          "%s: %lu compiled to PTX%s (%lu also to a cubin), %lu skipped; "
+          "%lu failures\n", hook.launches, hook.distinct,
+          jcuda_nvrtc_version(), hook.nvrtc_ok,
           hx_have_ptxas() ? " and assembled by ptxas" : " (no ptxas)",
-          hook.nvrtc_skipped, hook.failures);
+          hook.cubin_ok, hook.nvrtc_skipped, hook.failures);
   if (hook.nvrtc && !jcuda_nvrtc_available())
     fprintf(stderr, "hostexec: NVRTC checks skipped: %s\n",
             jcuda_nvrtc_reason());
@@ -423,11 +437,11 @@ __attribute__((constructor)) static void hook_init(void)
     hook.host_cap = strtoul(h + 5, NULL, 10);
   const char *n = strstr(v, "nvrtc");
   hook.nvrtc = n != NULL;
-  hook.nvrtc_every = 1;
+  hook.cubin_every = 1;
   if (n && n[5] == ':')
-    hook.nvrtc_every = (unsigned)strtoul(n + 6, NULL, 10);
-  if (hook.nvrtc_every < 1)
-    hook.nvrtc_every = 1;
+    hook.cubin_every = (unsigned)strtoul(n + 6, NULL, 10);
+  if (hook.cubin_every < 1)
+    hook.cubin_every = 1;
   const char *d = strstr(v, "dump=");
   if (d)
     snprintf(hook.dump, sizeof hook.dump, "%.*s", (int)strcspn(d + 5, ","),

@@ -8,15 +8,19 @@
 ** computes on real buffers, and tests compare it with eager bit for bit.
 **
 ** hx_nvrtc: compile the text with NVRTC for compute_90 (PTX, then ptxas
-** for sm_90 when ptxas is found) and for sm_90 (cubin).
+** for sm_90 when ptxas is found) and, when asked, for sm_90 (a cubin: what
+** the backend loads on an H200).
 **
 ** Linked into a test, the constructor reads TC_TEST_CUDA (a comma list):
 **   host      every compiled kernel's launch runs through hx_run
 **             (trace_launch_hook) instead of the CPU backend;
 **   host:N    the first N launches of each distinct kernel (the rest run
 **             on the CPU backend, so a test that loops stays fast)
-**   nvrtc     every distinct kernel is also compiled by NVRTC (+ ptxas);
-**   nvrtc:N   every Nth distinct kernel (a sample); with nvrtc or dump,
+**   nvrtc     every distinct kernel is also compiled by NVRTC to PTX and
+**             assembled by ptxas, and compiled by NVRTC to a cubin;
+**   nvrtc:N   every distinct kernel to PTX and by ptxas, every Nth also to
+**             a cubin (the same compiler again: ptxas inside NVRTC, so a
+**             sample keeps CI's time); with nvrtc or dump,
 **             every distinct kernel's text also goes through kir_parse
 **             and must come back the same kernel (kir_roundtrip.h)
 **   dump=DIR  write each distinct kernel's IR and CUDA C to DIR
@@ -50,10 +54,12 @@ int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
            const int64_t *dims, int64_t lo, int64_t hi, hx_config cfg,
            char *why, size_t wlen);
 
-/* Compile k's CUDA C with NVRTC (PTX and cubin for sm_90) and ptxas. 0, 1
-** when NVRTC is absent (skipped), or -1 with a reason (the full log goes to
-** stderr). */
-int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen);
+/* Compile k's CUDA C with NVRTC to PTX for compute_90 and assemble that
+** with ptxas for sm_90; with cubin, also with NVRTC to a cubin for sm_90.
+** A text accepted before in this test run (TC_TEST_CUDA_CACHE) is not
+** compiled again. 0, 1 when NVRTC is absent (skipped), or -1 with a reason
+** (the full log goes to stderr). */
+int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen);
 
 /* Is ptxas available (for the summary)? */
 bool hx_have_ptxas(void);

@@ -82,7 +82,7 @@ static void run_all(const kir_kernel *k, char *const *bufs,
 static void nvrtc_accepts(const kir_kernel *k)
 {
   char why[200] = "";
-  int rc = hx_nvrtc(k, why, sizeof why);
+  int rc = hx_nvrtc(k, true, why, sizeof why);
   if (rc < 0)
     fail_msg("NVRTC: %s", why);
 }
