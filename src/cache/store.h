@@ -69,8 +69,10 @@
 #define STORE_KEY_LEN 32          /* hex digits */
 #define STORE_LAYOUT "v2"         /* the directory under the root */
 /* The code generator's version, part of every key. From tc-kir-3 on an
-** artifact must carry STORE_KEY_MARKER<key> (see above). */
-#define STORE_CODEGEN_VERSION "tc-kir-3"
+** artifact must carry STORE_KEY_MARKER<key> (see above); tc-kir-4: loops
+** vectorize behind any number of alias checks (jit_cpu/jit.c), so no
+** kernel compiled scalar before is loaded again. */
+#define STORE_CODEGEN_VERSION "tc-kir-4"
 /* The marker every artifact embeds, NUL-terminated, as
 **   const char tc_kernel_key[] = STORE_KEY_MARKER "<32 hex digits>";
 ** The JIT and the store use this one spelling. */
