@@ -17,14 +17,8 @@ typedef struct {
 
 static int list_push(node_list *l, ag_node *x)
 {
-  if (l->n == l->cap) {
-    int cap = l->cap ? 2 * l->cap : 64;
-    ag_node **v = realloc(l->v, sizeof *v * (size_t)cap);
-    if (!v)
-      return tc_seterr(TC_E_NOMEM, "tc_backward: out of memory"), -1;
-    l->v = v;
-    l->cap = cap;
-  }
+  if (tensor_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) < 0)
+    return tc_seterr(TC_E_NOMEM, "tc_backward: out of memory"), -1;
   l->v[l->n++] = x;
   return 0;
 }

@@ -1095,13 +1095,8 @@ static char **list_dir(const char *dir, int *n)
   for (struct dirent *de; (de = readdir(d));) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 32;
-      char **nv = realloc(v, (size_t)cap * sizeof *v);
-      if (!nv)
-        break;
-      v = nv;
-    }
+    if (tensor_grow((void **)&v, &cap, *n + 1, sizeof *v) < 0)
+      break;
     if (!(v[*n] = strdup(de->d_name)))
       break;
     (*n)++;
@@ -1391,16 +1386,10 @@ static int lru_collect(void *ctx, const char *dir, char **names, int n,
     uint64_t bytes = (uint64_t)st.st_size + abytes;
     c->total += bytes;
     if (c->collect) {
-      if (c->n == c->cap) {
-        int ncap = c->cap ? 2 * c->cap : 64;
-        lru_item *nv = realloc(c->v, (size_t)ncap * sizeof *nv);
-        if (!nv) {
-          store_meta_free(&m);
-          free(used);
-          return -1;
-        }
-        c->v = nv;
-        c->cap = ncap;
+      if (tensor_grow((void **)&c->v, &c->cap, c->n + 1, sizeof *c->v) < 0) {
+        store_meta_free(&m);
+        free(used);
+        return -1;
       }
       lru_item *it = &c->v[c->n];
       if (snprintf(it->dir, sizeof it->dir, "%s", dir) < (int)sizeof it->dir) {

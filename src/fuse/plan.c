@@ -2139,15 +2139,10 @@ static const int64_t *xshape(const xgraph *x, const fuse_edge *e, int *ndim)
 
 static int xappend(xgraph *x, const fuse_node *nd)
 {
-  if (x->n == x->cap) {
-    int cap = x->cap ? 2 * x->cap : 64;
-    fuse_node *p = realloc(x->nodes, sizeof *p * (size_t)cap);
-    if (!p) {
-      x->nomem = true;
-      return -1;
-    }
-    x->nodes = p;
-    x->cap = cap;
+  if (tensor_grow((void **)&x->nodes, &x->cap, x->n + 1,
+                  sizeof *x->nodes) < 0) {
+    x->nomem = true;
+    return -1;
   }
   x->nodes[x->n] = *nd;
   return x->n++;

@@ -198,15 +198,10 @@ static uint64_t node_hash(const trace_node *n)
 static void held_add(trace_node *n)
 {
   trace_state *s = &trace_g;
-  if (s->nheld == s->cap_held) {
-    int cap = s->cap_held ? 2 * s->cap_held : 16;
-    trace_node **p = realloc(s->held, sizeof *p * (size_t)cap);
-    if (!p) {
-      n->held = -1;
-      return;
-    }
-    s->held = p;
-    s->cap_held = cap;
+  if (tensor_grow((void **)&s->held, &s->cap_held, s->nheld + 1,
+                  sizeof *s->held) < 0) {
+    n->held = -1;
+    return;
   }
   n->held = s->nheld;
   s->held[s->nheld++] = n;

@@ -315,8 +315,7 @@ static bool same_layout(const fuse_plan *a, const fuse_plan *b)
   return true;
 }
 
-/* A plan built by fuse_build for graph g (NULL: none could be made), or
-** NULL. */
+/* fuse_build's plan for graph g, or NULL (no graph, or no plan). */
 static fuse_plan *build_layout(const fuse_graph *g)
 {
   char reason[128];
