@@ -509,10 +509,12 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 DEFINE_EP(float, f32)
 DEFINE_EP(double, f64)
 
-/* Odd sizes, several row blocks and tasks, big enough to use threads. */
+/* Odd sizes, several row blocks and tasks, big enough to use threads;
+** the leading dimensions are padded (ep_case). */
 static const int64_t ep_shapes[][3] = {
   { 1, 1, 1 }, { 7, 13, 0 }, { 37, 1000, 50 }, { 300, 530, 700 },
   { 600, 45, 300 }, { 14, 129, 257 }, { 257, 300, 33 },
+  { 1, 700, 300 },             /* a vector: gemv, split by bytes */
 };
 #define NEP (sizeof ep_shapes / sizeof ep_shapes[0])
 
