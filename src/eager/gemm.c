@@ -738,6 +738,19 @@ static bool G(scratch_get)(const G(job) *J, G(scratch) *W)
 
 /* -- Packing ------------------------------------------------------------------ */
 
+/* h elements of each of kc rows of A (lda apart) into a column panel, mr
+** apart. Inlined with a constant h for full panels: a call to memcpy for
+** each 24 or 56 bytes cost more than the copy (a GPT step's weight
+** gradients, X^T @ dY, spent some 5% of the step in memmove). */
+static inline __attribute__((always_inline)) void
+G(pack_a_panel)(const int h, int64_t kc, const GEMM_T *restrict src,
+                int64_t lda, GEMM_T *restrict ap, int mr)
+{
+  for (int64_t p = 0; p < kc; p++, src += lda, ap += mr)
+    for (int r = 0; r < h; r++)
+      ap[r] = src[r];
+}
+
 /* op(A)[i0 .. i1, pc .. pc+kc) into the slice: not transposed, row r at
 ** ap[r * KCP] (plain copies of A's rows); transposed, MR-row panels, panel
 ** q at ap[q * MR * KC] holding row r, step p at [p * MR + r] (plain copies
@@ -756,8 +769,12 @@ static void G(pack_a)(const G(job) *J, int64_t i0, int64_t i1, int64_t pc,
   for (int64_t r0 = i0; r0 < i1; r0 += mr, ap += mr * GEMM_KC) {
     int64_t h = min64(mr, i1 - r0);
     const GEMM_T *src = J->a + pc * J->lda + r0;
-    for (int64_t p = 0; p < kc; p++, src += J->lda)
-      memcpy(ap + p * mr, src, sizeof(GEMM_T) * (size_t)h);
+    if (h == 6)                 /* the AVX2 and portable panels */
+      G(pack_a_panel)(6, kc, src, J->lda, ap, mr);
+    else if (h == 14)           /* AVX-512's */
+      G(pack_a_panel)(14, kc, src, J->lda, ap, mr);
+    else
+      G(pack_a_panel)((int)h, kc, src, J->lda, ap, mr);
   }
 }
 
@@ -976,10 +993,11 @@ static void G(plan)(G(job) *J, int threads)
 ** at a time, transposed in registers (the ISA's dots kernel, f32), else
 ** GEMV_CHAINS scalar chains that fill the FMA pipes. Columns go in blocks
 ** of at most GEMV_COLS (an epilogue tile's 512 bytes, eager.h), as many per
-** thread, each a whole number of dots groups; the epilogue runs per block. Whether to use the pool is decided
-** by the bytes of B read, the cost: a decoder's 288 x 288 weight (2 x 166K
-** flops, far under GEMM_MIN_FLOPS) read from memory takes some 40 us on one
-** thread, several times a pool wake. */
+** thread, each a whole number of dots groups; the epilogue runs per block.
+** Whether to use the pool is decided by the bytes of B read, the cost: a
+** decoder's 288 x 288 weight (2 x 166K flops, far under GEMM_MIN_FLOPS)
+** read from memory takes some 40 us on one thread, several times a pool
+** wake. */
 #define GEMV_COLS (GEMM_EP_BYTES / (int64_t)sizeof(GEMM_T))
 #define GEMV_CHAINS 8
 #define GEMV_SPLIT_BYTES (96 << 10)
