@@ -172,6 +172,7 @@ static void load(void)
   else if (isa)
     snprintf(c.jit_isa, sizeof c.jit_isa, "%s", isa);
   c.threads = (int)env_int_named("TC_THREADS", 0, "all cores", 1, 1024);
+  c.spin_us = (int)env_int("TC_SPIN_US", 50, 0, 1000000);
   c.cache = env_bool("TC_CACHE", true);
   cache_dir(c.cache_dir, sizeof c.cache_dir);
   c.cache_max_mb = (uint64_t)env_int("TC_CACHE_MAX_MB", 1024, 0,

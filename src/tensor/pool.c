@@ -5,11 +5,14 @@
 ** and the JIT launcher alike: both run their kernels here.
 **
 ** A worker that finishes a job, and a caller waiting for its workers, spin
-** for up to TUNE_POOL_SPIN_NS before sleeping on a condition variable:
+** for up to TC_SPIN_US (50 us) before sleeping on a condition variable:
 ** waking a sleeping thread costs some 7 us on a VM, as much as a decoder's
-** 288 x 288 matrix-vector product split over two threads, and such jobs
-** come a few microseconds apart. Sleepers are counted, so a job posted while
-** every worker spins costs no system call.
+** 288 x 288 matrix-vector product split over two threads, and a small-
+** tensor loop posts such jobs a few microseconds apart; 50 us is short
+** enough that an idle program's workers sleep at once in human terms and
+** leave a background compile its core (several processes sharing the
+** cores may want 0). Sleepers are counted, so a job posted while every
+** worker spins costs no system call.
 */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +21,6 @@
 #include <unistd.h>
 
 #include "tensor.h"
-#include "tune.h"
 
 static struct {
   pthread_mutex_t job_lock;    /* one job at a time across user threads */
@@ -85,11 +87,18 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Spin until *w != v or TUNE_POOL_SPIN_NS pass (the clock read once every
-** 64 pauses). Called without the lock; the caller rechecks under it. */
+static int64_t spin_ns(void)
+{
+  return (int64_t)tensor_cfg()->spin_us * 1000;
+}
+
+/* Spin until *w != v or TC_SPIN_US pass (the clock read once every 64
+** pauses). Called without the lock; the caller rechecks under it. */
 static void spin_while_equal(_Atomic uint64_t *w, uint64_t v)
 {
-  int64_t end = now_ns() + TUNE_POOL_SPIN_NS;
+  if (spin_ns() == 0)
+    return;
+  int64_t end = now_ns() + spin_ns();
   for (unsigned i = 1;; i++) {
     if (atomic_load_explicit(w, memory_order_relaxed) != v)
       return;
@@ -101,7 +110,9 @@ static void spin_while_equal(_Atomic uint64_t *w, uint64_t v)
 
 static void spin_while_pending(void)
 {
-  int64_t end = now_ns() + TUNE_POOL_SPIN_NS;
+  if (spin_ns() == 0)
+    return;
+  int64_t end = now_ns() + spin_ns();
   for (unsigned i = 1;; i++) {
     if (atomic_load_explicit(&pool.pending, memory_order_acquire) == 0)
       return;

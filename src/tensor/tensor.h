@@ -199,6 +199,8 @@ typedef struct {
   bool jit_worker;         /* TC_JIT_WORKER: libgccjit runs in a compile
                               worker process; 0 runs it here, inline (1) */
   int threads;             /* TC_THREADS (0: all cores) */
+  int spin_us;             /* TC_SPIN_US: how long an idle pool thread
+                              spins before it sleeps (50; 0: never) */
   bool cache;              /* TC_CACHE: the disk store (1) */
   char cache_dir[4096];    /* TC_CACHE_DIR, else $XDG_CACHE_HOME/tc, else
                               $HOME/.cache/tc; "" when none */

@@ -40,11 +40,4 @@
 #define TUNE_HANDLE_CACHE 64
 #define TUNE_NODE_CACHE 256
 
-/* How long a pool worker that finished a job, and a caller waiting for
-** its workers, spin before sleeping (tensor/pool.c): longer than the gap
-** between two parallel ops of a small-tensor loop (a few microseconds of
-** serial ops), short enough that an idle program's workers sleep at once
-** in human terms and leave a background compile its core. */
-#define TUNE_POOL_SPIN_NS 50000
-
 #endif

@@ -18,7 +18,7 @@
 
 static const char *const vars[] = {
   "TC_COMPILE", "TC_HOT", "TC_RECOMPILE_LIMIT", "TC_NODE_LIMIT", "TC_ASYNC",
-  "TC_JIT", "TC_JIT_WORKER", "TC_JIT_OPT", "TC_THREADS", "TC_CACHE", "TC_CACHE_DIR", "TC_CACHE_MAX_MB",
+  "TC_JIT", "TC_JIT_WORKER", "TC_JIT_OPT", "TC_THREADS", "TC_SPIN_US", "TC_CACHE", "TC_CACHE_DIR", "TC_CACHE_MAX_MB",
   "TC_POOL_MAX_MB", "TC_REGIONS_MAX", "TC_KERNELS_MAX", "TC_LOG", "TC_DEBUG",
   "TC_STATS",
 };
@@ -95,6 +95,7 @@ static void test_defaults(void **state)
   assert_int_equal(c->node_limit, 2048);
   assert_true(c->async && c->jit && c->jit_worker && c->cache);
   assert_int_equal(c->threads, 0);
+  assert_int_equal(c->spin_us, 50);
   assert_int_equal(c->jit_opt, 3);
   assert_int_equal(c->pool_max_mb, -1);
   assert_int_equal(c->cache_max_mb, 1024);
@@ -121,6 +122,7 @@ static void test_values_set(void **state)
   setenv("TC_RECOMPILE_LIMIT", "3", 1);
   setenv("TC_NODE_LIMIT", "100", 1);
   setenv("TC_THREADS", "3", 1);
+  setenv("TC_SPIN_US", "0", 1);
   setenv("TC_POOL_MAX_MB", "0", 1);
   setenv("TC_CACHE_MAX_MB", "7", 1);
   setenv("TC_LOG", "regions,Fallback", 1);
@@ -132,6 +134,7 @@ static void test_values_set(void **state)
   assert_int_equal(c->recompile_limit, 3);
   assert_int_equal(c->node_limit, 100);
   assert_int_equal(c->threads, 3);
+  assert_int_equal(c->spin_us, 0);
   assert_int_equal(c->pool_max_mb, 0);
   assert_int_equal(c->cache_max_mb, 7);
   assert_int_equal(c->log, TC_LOG_REGIONS | TC_LOG_FALLBACK);
@@ -156,12 +159,13 @@ static void test_warnings(void **state)
   setenv("TC_LOG", "regions,bogus", 1);
   setenv("TC_ASYNC", "2", 1);
   setenv("TC_JIT_OPT", "4", 1);
-  assert_int_equal(reload_capturing(out, sizeof out), 8);
+  setenv("TC_SPIN_US", "-1", 1);
+  assert_int_equal(reload_capturing(out, sizeof out), 9);
   const char *names[] = { "TC_COMPILE=maybe", "TC_HOT=abc",
                           "TC_RECOMPILE_LIMIT=0", "TC_THREADS=-3",
                           "TC_NODE_LIMIT=12x", "TC_LOG=bogus",
-                          "TC_ASYNC=2", "TC_JIT_OPT=4" };
-  for (int i = 0; i < 8; i++)
+                          "TC_ASYNC=2", "TC_JIT_OPT=4", "TC_SPIN_US=-1" };
+  for (int i = 0; i < 9; i++)
     if (!strstr(out, names[i]))
       fail_msg("no warning naming %s in:\n%s", names[i], out);
   const tensor_config *c = tensor_cfg();
@@ -172,6 +176,7 @@ static void test_warnings(void **state)
   assert_int_equal(c->node_limit, 2048);
   assert_true(c->async);
   assert_int_equal(c->jit_opt, 3);
+  assert_int_equal(c->spin_us, 50);
   assert_int_equal(c->log, TC_LOG_REGIONS);   /* the known ones still count */
   clear_env();
 }
