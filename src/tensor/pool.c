@@ -87,39 +87,30 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static int64_t spin_ns(void)
-{
-  return (int64_t)tensor_cfg()->spin_us * 1000;
-}
-
-/* Spin until *w != v or TC_SPIN_US pass (the clock read once every 64
+/* Spin until done(arg) or TC_SPIN_US pass (the clock read once every 64
 ** pauses). Called without the lock; the caller rechecks under it. */
-static void spin_while_equal(_Atomic uint64_t *w, uint64_t v)
+static void spin_until(bool (*done)(uint64_t), uint64_t arg)
 {
-  if (spin_ns() == 0)
+  int64_t ns = (int64_t)tensor_cfg()->spin_us * 1000;
+  if (ns == 0)
     return;
-  int64_t end = now_ns() + spin_ns();
-  for (unsigned i = 1;; i++) {
-    if (atomic_load_explicit(w, memory_order_relaxed) != v)
-      return;
+  int64_t end = now_ns() + ns;
+  for (unsigned i = 1; !done(arg); i++) {
     cpu_relax();
     if (i % 64 == 0 && now_ns() > end)
       return;
   }
 }
 
-static void spin_while_pending(void)
+static bool job_posted_since(uint64_t seen)
 {
-  if (spin_ns() == 0)
-    return;
-  int64_t end = now_ns() + spin_ns();
-  for (unsigned i = 1;; i++) {
-    if (atomic_load_explicit(&pool.pending, memory_order_acquire) == 0)
-      return;
-    cpu_relax();
-    if (i % 64 == 0 && now_ns() > end)
-      return;
-  }
+  return atomic_load_explicit(&pool.generation, memory_order_relaxed) != seen;
+}
+
+static bool job_finished(uint64_t unused)
+{
+  (void)unused;
+  return atomic_load_explicit(&pool.pending, memory_order_acquire) == 0;
 }
 
 static void *worker(void *arg)
@@ -130,7 +121,7 @@ static void *worker(void *arg)
   for (;;) {
     if (pool.generation == seen) {
       pthread_mutex_unlock(&pool.lock);
-      spin_while_equal(&pool.generation, seen);
+      spin_until(job_posted_since, seen);
       pthread_mutex_lock(&pool.lock);
       pool.sleepers++;
       while (pool.generation == seen)
@@ -210,7 +201,7 @@ void tensor_parallel(int64_t n, int64_t grain, tensor_range_fn fn, void *ctx)
   run_parts();
   if (pool.pending > 0) {
     pthread_mutex_unlock(&pool.lock);
-    spin_while_pending();
+    spin_until(job_finished, 0);
     pthread_mutex_lock(&pool.lock);
     pool.caller_sleeps = true;
     while (pool.pending > 0)
