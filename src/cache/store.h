@@ -71,8 +71,10 @@
 /* The code generator's version, part of every key. From tc-kir-3 on an
 ** artifact must carry STORE_KEY_MARKER<key> (see above); tc-kir-4: loops
 ** vectorize behind any number of alias checks (jit_cpu/jit.c), so no
-** kernel compiled scalar before is loaded again. */
-#define STORE_CODEGEN_VERSION "tc-kir-4"
+** kernel compiled scalar before is loaded again; tc-kir-5: column mode
+** (jit_cpu/emit.c), so a column reduction compiled row by row is
+** compiled again. */
+#define STORE_CODEGEN_VERSION "tc-kir-5"
 /* The marker every artifact embeds, NUL-terminated, as
 **   const char tc_kernel_key[] = STORE_KEY_MARKER "<32 hex digits>";
 ** The JIT and the store use this one spelling. */

@@ -2,7 +2,8 @@
 ** reduce.c -- eager reductions in the canonical order (eager.h, principle
 ** 2): results never depend on the thread count or on compile mode.
 ** The reduced dim is made innermost and contiguous first (a copy when it is
-** not), so every kernel here reduces contiguous rows.
+** not), so every kernel here reduces contiguous rows, except over a dim that
+** is not innermost of a contiguous tensor: columns side by side, no copy.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -158,10 +159,156 @@ static void rows_range(void *ctx, int64_t lo, int64_t hi)
 {
   rows_job *j = ctx;
   size_t esz = tensor_dtype_size[j->dt];
+  if (j->n > 0 && j->n <= TENSOR_RED_CHUNK) {   /* one chunk: no partials */
+    switch (TENSOR_RED_KEY(j->rk, j->dt)) {
+#define X(kind, dt, T, nm, comb, ident)                                      \
+    case TENSOR_RED_KEY(kind, dt):                                           \
+      for (int64_t r = lo; r < hi; r++)                                      \
+        ((T *)j->out)[r] = chunk_##nm((const T *)j->x + r * j->n, j->n);     \
+      return;
+    TENSOR_RED_CASES(X)
+#undef X
+    default:
+      TC_ASSERT(0, "bad reduction");
+    }
+  }
   for (int64_t r = lo; r < hi; r++)
     if (reduce_row(j->rk, j->dt, j->x + r * j->n * (int64_t)esz, j->n,
                    j->out + r * (int64_t)esz, false) < 0)
       j->failed = 1;
+}
+
+/* -- Columns -------------------------------------------------------------------
+** A reduction over a dim that is not innermost, of a contiguous tensor in
+** the accumulating dtype: [outer, n, inner] -> [outer, inner]. Blocks of up
+** to RED_COLS adjacent outputs side by side, each reduced in the canonical
+** order (CHUNK_FN's lanes and halving per output, chunk partials combined
+** by tensor_combine), read at each position as one contiguous run instead
+** of copying the tensor to make the dim innermost (the JIT's column mode
+** does the same, emit.c). */
+
+#define RED_COLS 128
+
+#define COLCHUNK_FN(name, T, ident, comb)                                    \
+  static void name(const T *x, int64_t len, int64_t stride, int w, T *part)  \
+  {                                                                          \
+    T acc[TENSOR_RED_LANES][RED_COLS];                                       \
+    for (int l = 0; l < TENSOR_RED_LANES; l++)                               \
+      for (int c = 0; c < w; c++)                                            \
+        acc[l][c] = (ident);                                                 \
+    for (int64_t i = 0; i < len; i++) {                                      \
+      T *a = acc[i % TENSOR_RED_LANES];                                      \
+      const T *r = x + i * stride;                                           \
+      for (int c = 0; c < w; c++)                                            \
+        a[c] = comb(a[c], r[c]);                                             \
+    }                                                                        \
+    for (int h = TENSOR_RED_LANES / 2; h >= 1; h /= 2)                       \
+      for (int l = 0; l < h; l++)                                            \
+        for (int c = 0; c < w; c++)                                          \
+          acc[l][c] = comb(acc[l][c], acc[l + h][c]);                        \
+    memcpy(part, acc[0], (size_t)w * sizeof(T));                             \
+  }
+
+#define X(kind, dt, T, nm, comb, ident) COLCHUNK_FN(colchunk_##nm, T, ident, comb)
+TENSOR_RED_CASES(X)
+#undef X
+
+typedef struct {
+  reduce_kind rk;
+  tc_dtype dt;
+  const char *x;
+  char *out;
+  int64_t n, inner, nblocks;
+  int failed;
+} cols_job;
+
+/* Chunk [cs, cs + len) of the w columns at x into part[0, w). */
+static void colchunk(const cols_job *j, const char *x, int64_t len, int w,
+                     void *part)
+{
+  switch (TENSOR_RED_KEY(j->rk, j->dt)) {
+#define X(kind, dt, T, nm, comb, ident)                                      \
+  case TENSOR_RED_KEY(kind, dt):                                             \
+    colchunk_##nm((const T *)x, len, j->inner, w, part);                     \
+    break;
+  TENSOR_RED_CASES(X)
+#undef X
+  default:
+    TC_ASSERT(0, "bad reduction");
+  }
+}
+
+/* Units are (outer index, block of columns). Rows of several chunks keep
+** every chunk's partials ([m][w]) and combine each column's in turn. */
+static void cols_range(void *ctx, int64_t lo, int64_t hi)
+{
+  cols_job *j = ctx;
+  int64_t esz = (int64_t)tensor_dtype_size[j->dt];
+  int64_t m = j->n ? (j->n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
+  _Alignas(64) char col[64 * 8];
+  char *parts = m > 1 ? malloc((size_t)(m * RED_COLS * esz)) : NULL;
+  char *colp = m <= 64 ? col : malloc((size_t)(m * esz));
+  if ((m > 1 && !parts) || !colp) {
+    j->failed = 1;
+    free(parts);
+    if (colp != col)
+      free(colp);
+    return;
+  }
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t o = u / j->nblocks, c0 = (u % j->nblocks) * RED_COLS;
+    int w = (int)(j->inner - c0 < RED_COLS ? j->inner - c0 : RED_COLS);
+    const char *x = j->x + (o * j->n * j->inner + c0) * esz;
+    char *out = j->out + (o * j->inner + c0) * esz;
+    if (m == 1) {
+      colchunk(j, x, j->n, w, out);
+      continue;
+    }
+    for (int64_t c = 0; c < m; c++) {
+      int64_t cs = c * TENSOR_RED_CHUNK;
+      int64_t len = j->n - cs < TENSOR_RED_CHUNK ? j->n - cs : TENSOR_RED_CHUNK;
+      colchunk(j, x + cs * j->inner * esz, len, w, parts + c * w * esz);
+    }
+    for (int c = 0; c < w; c++) {
+      for (int64_t q = 0; q < m; q++)
+        memcpy(colp + q * esz, parts + (q * w + c) * esz, (size_t)esz);
+      combine_into(j->rk, j->dt, colp, m, out + c * esz);
+    }
+  }
+  free(parts);
+  if (colp != col)
+    free(colp);
+}
+
+/* Reduce contiguous t (dtype = out's) over dim, not its innermost, by
+** columns; returns -1 on allocation failure. */
+static int reduce_cols(reduce_kind rk, const tc_tensor *t, int dim,
+                       tc_tensor *out)
+{
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; d++)
+    outer *= t->shape[d];
+  for (int d = dim + 1; d < t->ndim; d++)
+    inner *= t->shape[d];
+  int64_t nblocks = (inner + RED_COLS - 1) / RED_COLS;
+  cols_job j = { rk, (tc_dtype)out->dtype, tensor_ptr(t), tensor_ptr(out),
+                 t->shape[dim], inner, nblocks, 0 };
+  int64_t work = (j.n ? j.n : 1) * (inner < RED_COLS ? inner : RED_COLS);
+  tensor_parallel(outer * nblocks, work >= 16384 ? 1 : 16384 / work,
+                  cols_range, &j);
+  return j.failed ? -1 : 0;
+}
+
+/* Is the reduction of t over dim a column reduction (reduce_cols)? */
+static bool by_cols(const tc_tensor *t, int dim, tc_dtype dt)
+{
+  if (t->ndim == 0 || t->dtype != dt || !tensor_is_contiguous(t) ||
+      t->numel == 0)
+    return false;
+  int64_t inner = 1;
+  for (int d = dim + 1; d < t->ndim; d++)
+    inner *= t->shape[d];
+  return inner >= 8;
 }
 
 /* Reduce t over dim into out (contiguous, dtype dt = the accumulation
@@ -170,6 +317,13 @@ static int reduce_rows(reduce_kind rk, const tc_tensor *t, int dim,
                        tc_tensor *out)
 {
   tc_dtype dt = (tc_dtype)out->dtype;
+  if (by_cols(t, dim, dt)) {
+    int rc = reduce_cols(rk, t, dim, out);
+    eager_count(ST_KERNELS_LAUNCHED);
+    if (rc < 0)
+      return tc_seterr(TC_E_NOMEM, "out of memory in a reduction"), -1;
+    return 0;
+  }
   tc_tensor *x = eager_rows_of(t, dim, dt);
   if (!x)
     return -1;

@@ -3,9 +3,9 @@
 ** with libgccjit, must give BITWISE the results of tc's eager kernels (and of
 ** approx.h called directly): transcendentals over the whole f32/f64 range,
 ** GELU over contiguous/strided/broadcast inputs, casts, integer wraparound,
-** comparisons, softmax and row sums in row and split mode, independent of
-** the thread count; plus dynamic kernels, the .so path, fault injection and
-** a check that the hot loops vectorize.
+** comparisons, softmax and row sums in row, column and split mode,
+** independent of the thread count; plus dynamic kernels, the .so path,
+** fault injection and a check that the hot loops vectorize.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -1135,8 +1135,201 @@ static void test_vectorized(void **state)
   free(rep);
   jcpu_free(jk);
   free(k);
+  /* column mode: the loop over a block's rows (one option file per
+  ** process: -fopt-info's file cannot change once set) */
+  assert_int_equal(truncate(path, 0), 0);
+  int64_t c = 512;
+  k = knew(KIR_ROWS, 1, &c, 64);
+  int x = kir_load(k, kbuf(k, KIR_IN, TC_F32, (int64_t[]){ 1, 512 }));
+  int p = kpass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, x);
+  kpass(k, KIR_PASS_STORE_ROW, 0,
+        kbuf(k, KIR_OUT, TC_F32, (int64_t[]){ 1, 0 }), kir_rowvar(k, p));
+  jk = compile(k);
+  rep = slurp(path);
+  if (!strstr(rep, "main.p0.cols:1:1: optimized: loop vectorized"))
+    fail_msg("column loop not vectorized:\n%s", rep);
+  free(rep);
+  jcpu_free(jk);
+  free(k);
   jcpu_set_vec_report(NULL);
   unlink(path);
+}
+
+/* -- Column mode: rows side by side ------------------------------------------
+** A reduction over a dim that is not innermost reads its rows with a stride
+** and its adjacent rows contiguously: the kernel takes blocks of rows side
+** by side (emit.c, column mode). Each row must still reduce in the
+** canonical order: checked against the order computed here in double-free
+** plain C (f32 sums) and bitwise against eager, over block cuts inside a
+** block, across an outer dim, multi-chunk rows, several passes (a hoisted
+** mean), NaN, integers, and arbitrary [lo, hi) ranges. */
+
+/* The canonical order (ARCHITECTURE.md) of n f32 values x[i * stride],
+** written out plainly: lanes i % 16 per chunk of 4096, lanes halved,
+** chunk partials pairwise by levels with an odd one carried up. */
+static float canon_sum(const float *x, int64_t n, int64_t stride)
+{
+  int64_t m = n ? (n + 4095) / 4096 : 1;
+  float *p = malloc((size_t)m * sizeof *p);
+  assert_non_null(p);
+  for (int64_t c = 0; c < m; c++) {
+    float lane[16] = { 0 };
+    for (int64_t i = c * 4096; i < n && i < (c + 1) * 4096; i++)
+      lane[(i - c * 4096) % 16] += x[i * stride];
+    for (int w = 8; w >= 1; w /= 2)
+      for (int l = 0; l < w; l++)
+        lane[l] += lane[l + w];
+    p[c] = lane[0];
+  }
+  while (m > 1) {
+    for (int64_t i = 0; i < m / 2; i++)
+      p[i] = p[2 * i] + p[2 * i + 1];
+    if (m % 2)
+      p[m / 2] = p[m - 1];
+    m = (m + 1) / 2;
+  }
+  float r = p[0];
+  free(p);
+  return r;
+}
+
+/* sum over dim 1 of [outer, n, c] f32 (outer 1: dim 0 of [n, c]) as a
+** column kernel, run over the ranges cut by `cuts` (0-terminated, ends
+** at rows), vs canon_sum and eager tc_sum. */
+static void colsum_case(int64_t outer, int64_t n, int64_t c,
+                        const int64_t *cuts)
+{
+  int64_t size[2] = { outer, c }, rows = outer * c;
+  kir_kernel *k = knew(KIR_ROWS, 2, size, n);
+  int x = kir_load(k, kbuf(k, KIR_IN, TC_F32, (int64_t[]){ n * c, 1, c }));
+  int out = kbuf(k, KIR_OUT, TC_F32, (int64_t[]){ c, 1, 0 });
+  int p = kpass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, x);
+  kpass(k, KIR_PASS_STORE_ROW, 0, out, kir_rowvar(k, p));
+  jcpu_kernel *jk = compile(k);
+  tc_tensor *t = tc_randn(TC_F32, 3, (int64_t[]){ outer, n, c }, 41);
+  float *xd = tc_data(t);
+  for (int64_t i = 0; i < outer * n * c; i += 97)   /* cancellation */
+    xd[i] *= 1e6f;
+  float *got = malloc((size_t)rows * 4 + 4);
+  char *bufs[2] = { (char *)xd, (char *)got };
+  int64_t lo = 0;
+  for (int i = 0; cuts && cuts[i]; i++) {
+    jcpu_run_points(jk, bufs, NULL, NULL, lo, cuts[i]);
+    lo = cuts[i];
+  }
+  jcpu_run_points(jk, bufs, NULL, NULL, lo, rows);
+  char what[96];
+  snprintf(what, sizeof what, "column sum [%lld, %lld, %lld]",
+           (long long)outer, (long long)n, (long long)c);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < c; j++) {
+      float want = canon_sum(xd + o * n * c + j, n, c);
+      if (memcmp(&got[o * c + j], &want, 4) != 0)
+        fail_msg("%s: row (%lld, %lld): got %a, canonical order %a", what,
+                 (long long)o, (long long)j, (double)got[o * c + j],
+                 (double)want);
+    }
+  tc_tensor *r = tc_sum(t, 1, false);
+  float *want = contents(r);
+  same_bits(got, want, rows, 4, what);
+  free(want); free(got);
+  tc_release(r); tc_release(t);
+  jcpu_free(jk);
+  free(k);
+}
+
+/* max/min/sum of another dtype over dim 0 of [n, c], one NaN (max, min
+** propagate it), vs eager. An i32 sum accumulates in i64 through a CAST. */
+static void colred_case(tc_dtype dt, kir_red red, int64_t n, int64_t c)
+{
+  tc_dtype rdt = dt == TC_I32 && red == KIR_RED_SUM ? TC_I64 : dt;
+  kir_kernel *k = knew(KIR_ROWS, 1, &c, n);
+  int x = kir_load(k, kbuf(k, KIR_IN, dt, (int64_t[]){ 1, c }));
+  int out = kbuf(k, KIR_OUT, rdt, (int64_t[]){ 1, 0 });
+  int p = kpass(k, KIR_PASS_REDUCE, red, -1, kir_cast(k, rdt, x));
+  kpass(k, KIR_PASS_STORE_ROW, 0, out, kir_rowvar(k, p));
+  jcpu_kernel *jk = compile(k);
+  tc_tensor *t0 = tc_randn(TC_F64, 2, (int64_t[]){ n, c }, 43);
+  tc_tensor *t1 = tc_mul_scalar(t0, dt == TC_I32 ? 1e9 : 1.0);
+  tc_tensor *t = tc_cast(t1, dt);
+  assert_non_null(t);
+  if (dt == TC_F32)
+    ((float *)tc_data(t))[3 * c + 5] = NAN;
+  if (dt == TC_F64)
+    ((double *)tc_data(t))[7 * c + 9] = NAN;
+  void *got = malloc((size_t)c * 8);
+  launch(jk, k, tc_data(t), got, NULL, NULL, NULL);
+  tc_tensor *r = red == KIR_RED_SUM ? tc_sum(t, 0, false)
+                 : red == KIR_RED_MAX ? tc_max(t, 0, false)
+                                      : tc_min(t, 0, false);
+  assert_int_equal(tc_dtype_of(r), rdt);
+  void *want = contents(r);
+  char what[64];
+  snprintf(what, sizeof what, "column %s %s %lldx%lld",
+           red == KIR_RED_SUM ? "sum" : red == KIR_RED_MAX ? "max" : "min",
+           tc_dtype_name(dt), (long long)n, (long long)c);
+  same_bits(got, want, c, tc_dtype_size(rdt), what);
+  free(want); free(got);
+  tc_release(r); tc_release(t); tc_release(t1); tc_release(t0);
+  jcpu_free(jk);
+  free(k);
+}
+
+/* Several passes over dim 0 of [n, c]: mean (a ROWVAR-only value, hoisted
+** per row), the centred squares summed, and x - mean stored in x's layout,
+** vs the same ops eagerly. */
+static void colvar_case(int64_t n, int64_t c)
+{
+  kir_kernel *k = knew(KIR_ROWS, 1, &c, n);
+  int x = kir_load(k, kbuf(k, KIR_IN, TC_F32, (int64_t[]){ 1, c }));
+  int omean = kbuf(k, KIR_OUT, TC_F32, (int64_t[]){ 1, 0 });
+  int ovar = kbuf(k, KIR_OUT, TC_F32, (int64_t[]){ 1, 0 });
+  int ocent = kbuf(k, KIR_OUT, TC_F32, (int64_t[]){ 1, c });
+  int p0 = kpass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1, x);
+  int mean = E(k, KOP_MUL, TC_F32, kir_rowvar(k, p0),
+               kir_const(k, TC_F32, (double)(1.0f / (float)n)));
+  int d = E(k, KOP_SUB, TC_F32, x, mean);
+  int p1 = kpass(k, KIR_PASS_REDUCE, KIR_RED_SUM, -1,
+                 E(k, KOP_MUL, TC_F32, d, d));
+  kpass(k, KIR_PASS_STORE_ROW, 0, omean, mean);
+  kpass(k, KIR_PASS_STORE_ROW, 0, ovar, kir_rowvar(k, p1));
+  kpass(k, KIR_PASS_STORE, 0, ocent, d);
+  jcpu_kernel *jk = compile(k);
+  tc_tensor *t = tc_randn(TC_F32, 2, (int64_t[]){ n, c }, 44);
+  float *gm = malloc((size_t)c * 4), *gv = malloc((size_t)c * 4);
+  float *gc = malloc((size_t)(n * c) * 4);
+  char *bufs[4] = { tc_data(t), (char *)gm, (char *)gv, (char *)gc };
+  assert_int_equal(jcpu_launch(jk, k, bufs, NULL, NULL), 0);
+  tc_tensor *s = tc_sum(t, 0, true);
+  tc_tensor *m = tc_mul_scalar(s, (double)(1.0f / (float)n));
+  tc_tensor *dd = tc_sub(t, m);
+  tc_tensor *sq = tc_mul(dd, dd);
+  tc_tensor *v = tc_sum(sq, 0, true);
+  float *wm = contents(m), *wv = contents(v), *wc = contents(dd);
+  same_bits(gm, wm, c, 4, "column mean");
+  same_bits(gv, wv, c, 4, "column centred squares");
+  same_bits(gc, wc, n * c, 4, "column x - mean");
+  free(wm); free(wv); free(wc); free(gm); free(gv); free(gc);
+  tc_release(v); tc_release(sq); tc_release(dd); tc_release(m);
+  tc_release(s); tc_release(t);
+  jcpu_free(jk);
+  free(k);
+}
+
+static void test_column_mode(void **state)
+{
+  (void)state;
+  colsum_case(1, 16, 24576, NULL);
+  colsum_case(1, 5, 300, (int64_t[]){ 3, 200, 257, 0 });   /* 256 + 44 */
+  colsum_case(1, 3 * 4096 + 5, 37, (int64_t[]){ 20, 0 });  /* 4 chunks */
+  colsum_case(1, 0, 20, NULL);                             /* empty rows */
+  colsum_case(3, 100, 70, (int64_t[]){ 65, 140, 141, 0 }); /* outer dim */
+  colred_case(TC_F32, KIR_RED_MAX, 300, 90);
+  colred_case(TC_F64, KIR_RED_MIN, 5000, 33);
+  colred_case(TC_F64, KIR_RED_SUM, 2 * 4096 + 1, 20);
+  colred_case(TC_I32, KIR_RED_SUM, 400, 50);
+  colvar_case(1000, 300);
+  colvar_case(9000, 24);
 }
 
 /* -- Source and identity ------------------------------------------------------------ */
@@ -1206,6 +1399,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_softmax_strided),
     cmocka_unit_test(test_map_ranges),
     cmocka_unit_test(test_row_reductions),
+    cmocka_unit_test(test_column_mode),
     cmocka_unit_test(test_threads_independent),
     cmocka_unit_test(test_dynamic),
     cmocka_unit_test(test_compile_to_file),
