@@ -713,6 +713,42 @@ static void prefetch_next_row(cg *g, gcc_jit_rvalue *at)
   }
 }
 
+/* The lanes combined by halving, lane q with lane q + w, one loop a level
+** into an array of its own, as CHUNK_FN: GCC vectorizes each level (a
+** blend for max and min), where the levels written out in place stayed
+** scalar, max and min a compare and branch on data each (a max over rows
+** of 16 f32: 210 -> 70 us for 24576 rows). */
+static gcc_jit_rvalue *halve(cg *g, const kir_pass *ps, gcc_jit_rvalue *acc)
+{
+  jb *j = &g->j;
+  int dt = g->k->ins[ps->value].dtype, pn = (int)(ps - g->k->pass);
+  gcc_jit_type *t = ty(g, dt);
+  for (int w = TENSOR_RED_LANES / 2; w > 1; w /= 2) {
+    gcc_jit_lvalue *h = jb_local(
+      j, gcc_jit_context_new_array_type(j->ctx, NULL, t, w), "half");
+    char what[32];
+    snprintf(what, sizeof what, "p%d.halve%d", pn, w);
+    loop lq;
+    gcc_jit_rvalue *q = loop_begin(g, &lq, "q", what, I64(g, 0), I64(g, w), 1);
+    gcc_jit_rvalue *a = gcc_jit_lvalue_as_rvalue(
+      gcc_jit_context_new_array_access(j->ctx, NULL, acc, q));
+    gcc_jit_rvalue *b = gcc_jit_lvalue_as_rvalue(
+      gcc_jit_context_new_array_access(
+        j->ctx, NULL, acc, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, q, I64(g, w))));
+    jb_assign(j, gcc_jit_context_new_array_access(j->ctx, NULL,
+                                                  gcc_jit_lvalue_as_rvalue(h),
+                                                  q),
+              comb(g, ps->red, dt, a, b));
+    loop_end(g, &lq);
+    acc = gcc_jit_lvalue_as_rvalue(h);
+  }
+  gcc_jit_rvalue *a = gcc_jit_lvalue_as_rvalue(
+    gcc_jit_context_new_array_access(j->ctx, NULL, acc, I64(g, 0)));
+  gcc_jit_rvalue *b = gcc_jit_lvalue_as_rvalue(
+    gcc_jit_context_new_array_access(j->ctx, NULL, acc, I64(g, 1)));
+  return jb_let(j, "part", t, comb(g, ps->red, dt, a, b));
+}
+
 /* One chunk of positions [cs, cs + len) reduced as CHUNK_FN does; returns
 ** its partial (lanes combined by halving). */
 static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
@@ -765,18 +801,7 @@ static gcc_jit_rvalue *chunk(cg *g, const kir_pass *ps, gcc_jit_rvalue *cs,
   l = loop_begin(g, &ll, "l", w2, I64(g, 0), rest, 1);
   lane_step(g, ps, acc, l, jb_bin(j, GCC_JIT_BINARY_OP_PLUS, tb, l), stored);
   loop_end(g, &ll);
-  /* halving: lane l = comb(lane l, lane l + w) */
-  for (int w = TENSOR_RED_LANES / 2; w >= 1; w /= 2)
-    for (int q = 0; q < w; q++) {
-      gcc_jit_lvalue *a = gcc_jit_context_new_array_access(j->ctx, NULL, accr,
-                                                           I64(g, q));
-      gcc_jit_rvalue *b = gcc_jit_lvalue_as_rvalue(
-        gcc_jit_context_new_array_access(j->ctx, NULL, accr, I64(g, q + w)));
-      jb_assign(j, a, comb(g, ps->red, dt, gcc_jit_lvalue_as_rvalue(a), b));
-    }
-  return jb_let(j, "part", t, gcc_jit_lvalue_as_rvalue(
-                  gcc_jit_context_new_array_access(j->ctx, NULL, accr,
-                                                   I64(g, 0))));
+  return halve(g, ps, accr);
 }
 
 /* len of chunk c: min(TENSOR_RED_CHUNK, n - c * TENSOR_RED_CHUNK), into a local. */
