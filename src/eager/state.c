@@ -18,7 +18,68 @@ void trace_init(void);
 /* Autograd registers its AUTOGRAD handlers the same way, above TRACE. */
 void autograd_init(void);
 
-_Atomic uint64_t eager_stats[ST__MAX];
+_Thread_local eager_stat_block *eager_stat_mine;
+static struct {
+  pthread_mutex_t lock;
+  eager_stat_block *all;       /* every block ever made; never freed */
+  uint64_t base[ST__MAX];      /* the sums at the last reset */
+  pthread_key_t key;           /* a thread's block, released at its exit */
+  pthread_once_t once;
+  eager_stat_block spare;      /* for a thread whose block calloc refused */
+} stats = { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT };
+
+static void stat_release(void *block)
+{
+  pthread_mutex_lock(&stats.lock);
+  ((eager_stat_block *)block)->in_use = false;
+  pthread_mutex_unlock(&stats.lock);
+  eager_stat_mine = NULL;   /* a later count in another destructor claims again */
+}
+
+static void stat_key_make(void)
+{
+  pthread_key_create(&stats.key, stat_release);
+  stats.spare.next = NULL;
+  stats.all = &stats.spare;
+  stats.spare.in_use = true;   /* shared by all such threads: never released */
+}
+
+eager_stat_block *eager_stat_claim(void)
+{
+  pthread_once(&stats.once, stat_key_make);
+  pthread_mutex_lock(&stats.lock);
+  eager_stat_block *b = stats.all;
+  while (b && b->in_use)
+    b = b->next;
+  if (!b && (b = calloc(1, sizeof *b)) != NULL) {
+    b->next = stats.all;
+    stats.all = b;
+  }
+  if (b)
+    b->in_use = true;
+  pthread_mutex_unlock(&stats.lock);
+  if (!b)
+    return &stats.spare;   /* shared: a count there may race, rarely lost */
+  pthread_setspecific(stats.key, b);
+  return eager_stat_mine = b;
+}
+
+static uint64_t stat_sum(eager_stat s)
+{
+  uint64_t n = 0;
+  for (eager_stat_block *b = stats.all; b; b = b->next)
+    n += atomic_load_explicit(&b->v[s], memory_order_relaxed);
+  return n;
+}
+
+uint64_t eager_stat_total(eager_stat s)
+{
+  pthread_once(&stats.once, stat_key_make);
+  pthread_mutex_lock(&stats.lock);
+  uint64_t n = stat_sum(s) - stats.base[s];
+  pthread_mutex_unlock(&stats.lock);
+  return n;
+}
 static _Atomic uint64_t compile_us;   /* compile time, microseconds */
 static eager_config cfg;
 static double t_first_region, t_first_compiled;   /* ms, CLOCK_MONOTONIC */
@@ -121,17 +182,17 @@ void tc_stats_get(tc_stats *out)
   if (!out)
     return;
   memset(out, 0, sizeof *out);
-  out->ops = eager_stats[ST_OPS];
-  out->regions = eager_stats[ST_REGIONS];
-  out->regions_compiled = eager_stats[ST_REGIONS_COMPILED];
-  out->regions_eager = eager_stats[ST_REGIONS_EAGER];
-  out->kernels_compiled = eager_stats[ST_KERNELS_COMPILED];
-  out->kernels_loaded = eager_stats[ST_KERNELS_LOADED];
-  out->kernels_launched = eager_stats[ST_KERNELS_LAUNCHED];
-  out->guard_failures = eager_stats[ST_GUARD_FAILURES];
-  out->compile_failures = eager_stats[ST_COMPILE_FAILURES];
-  out->layouts_derived = eager_stats[ST_LAYOUTS_DERIVED];
-  out->layouts_built = eager_stats[ST_LAYOUTS_BUILT];
+  out->ops = eager_stat_total(ST_OPS);
+  out->regions = eager_stat_total(ST_REGIONS);
+  out->regions_compiled = eager_stat_total(ST_REGIONS_COMPILED);
+  out->regions_eager = eager_stat_total(ST_REGIONS_EAGER);
+  out->kernels_compiled = eager_stat_total(ST_KERNELS_COMPILED);
+  out->kernels_loaded = eager_stat_total(ST_KERNELS_LOADED);
+  out->kernels_launched = eager_stat_total(ST_KERNELS_LAUNCHED);
+  out->guard_failures = eager_stat_total(ST_GUARD_FAILURES);
+  out->compile_failures = eager_stat_total(ST_COMPILE_FAILURES);
+  out->layouts_derived = eager_stat_total(ST_LAYOUTS_DERIVED);
+  out->layouts_built = eager_stat_total(ST_LAYOUTS_BUILT);
   out->compile_ms = (double)compile_us / 1000.0;
   out->first_compiled_ms =
     t_first_compiled ? t_first_compiled - t_first_region : 0;
@@ -141,8 +202,11 @@ void tc_stats_get(tc_stats *out)
 
 void tc_stats_reset(void)
 {
+  pthread_once(&stats.once, stat_key_make);
+  pthread_mutex_lock(&stats.lock);
   for (int i = 0; i < ST__MAX; i++)
-    eager_stats[i] = 0;
+    stats.base[i] = stat_sum((eager_stat)i);
+  pthread_mutex_unlock(&stats.lock);
   compile_us = 0;
   tensor_alloc_reset_stats();
 }

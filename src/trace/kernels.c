@@ -365,7 +365,7 @@ jcuda_function trace_cuda_kernel_get(const kir_kernel *k, char *reason,
   char saved[256] = "";
   if (code)
     snprintf(saved, sizeof saved, "%s", tc_last_error());
-  uint64_t before = atomic_load(&eager_stats[ST_KERNELS_COMPILED]);
+  uint64_t before = eager_stat_total(ST_KERNELS_COMPILED);
   double t0 = tensor_now_ms();
   jcuda_function f = eager_cuda_kernel("compiled region", k);
   double ms = tensor_now_ms() - t0;
@@ -376,7 +376,7 @@ jcuda_function trace_cuda_kernel_get(const kir_kernel *k, char *reason,
       tc_seterr(code, "%s", saved);
     else
       tc_clear_error();
-  } else if (atomic_load(&eager_stats[ST_KERNELS_COMPILED]) != before) {
+  } else if (eager_stat_total(ST_KERNELS_COMPILED) != before) {
     if (tensor_log_on(TC_LOG_COMPILE))
       tensor_log(TC_LOG_COMPILE, "cuda kernel %016llx: %.1f ms (%s, %d "
                  "instructions)", (unsigned long long)kir_code_hash(k), ms,

@@ -281,6 +281,48 @@ static void test_many_threads_mixed(void **state) {
   tc_release(shared_ro);
 }
 
+/* -- Counters: every thread's ops are counted, after it exits too ------------ */
+
+#define COUNTED_OPS 200
+
+static void *count_ops(void *arg) {
+  tc_tensor *x = arg;
+  for (int i = 0; i < COUNTED_OPS; i++)
+    tc_release(TU_NN(tc_neg(x)));
+  return NULL;
+}
+
+static uint64_t ops_now(void) {
+  tc_stats s;
+  tc_stats_get(&s);
+  return s.ops;
+}
+
+static void test_stats_count_every_thread(void **state) {
+  (void)state;
+  tc_tensor *x = TU_NN(tc_full(TC_F32, TC_SHAPE(8), 2.0));
+  tc_realize(x);
+  tc_stats_reset();
+  count_ops(x);   /* the ops one run counts, on this thread */
+  uint64_t one = ops_now();
+  assert_true(one >= COUNTED_OPS);
+  /* two rounds of threads that exit before the sums are read: the second
+  ** round takes over the first's counters, values and all */
+  for (int round = 1; round <= 2; round++) {
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, count_ops, x);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    assert_int_equal(ops_now(), one * (1 + 4 * (uint64_t)round));
+  }
+  tc_stats_reset();   /* a reset covers the exited threads' counts */
+  assert_int_equal(ops_now(), 0);
+  pthread_t t;
+  pthread_create(&t, NULL, count_ops, x);
+  pthread_join(t, NULL);
+  assert_int_equal(ops_now(), one);
+  tc_release(x);
+}
+
 int main(void) {
   setenv("TC_HOT", "1", 1);   /* compile on first sight, in the background */
   const struct CMUnitTest tests[] = {
@@ -290,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_sync_from_other_thread),
       cmocka_unit_test(test_thread_exit_with_open_scopes),
       cmocka_unit_test(test_many_threads_mixed),
+      cmocka_unit_test(test_stats_count_every_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
