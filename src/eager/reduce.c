@@ -101,7 +101,7 @@ static void combine_into(reduce_kind rk, tc_dtype dt, void *p, int64_t m,
 static int reduce_row(reduce_kind rk, tc_dtype dt, const void *x, int64_t n,
                       void *out, bool par)
 {
-  int64_t m = n ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
+  int64_t m = tensor_red_chunks(n);
   _Alignas(64) char small[64 * 8];
   void *partial = m <= 64 ? small : malloc((size_t)m * 8);
   if (!partial)
@@ -255,7 +255,7 @@ static void cols_range(void *ctx, int64_t lo, int64_t hi)
 {
   cols_job *j = ctx;
   int64_t esz = (int64_t)tensor_dtype_size[j->dt];
-  int64_t m = j->n ? (j->n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
+  int64_t m = tensor_red_chunks(j->n);
   _Alignas(64) char col[64 * 8];
   char *parts = m > 1 ? malloc((size_t)(m * RED_COLS * esz)) : NULL;
   char *colp = m <= 64 ? col : malloc((size_t)(m * esz));

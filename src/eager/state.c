@@ -39,7 +39,6 @@ static void stat_release(void *block)
 static void stat_key_make(void)
 {
   pthread_key_create(&stats.key, stat_release);
-  stats.spare.next = NULL;
   stats.all = &stats.spare;
   stats.spare.in_use = true;   /* shared by all such threads: never released */
 }
@@ -72,13 +71,22 @@ static uint64_t stat_sum(eager_stat s)
   return n;
 }
 
-uint64_t eager_stat_total(eager_stat s)
+/* Every counter since the last reset, summed over the threads at one
+** moment. */
+static void stat_totals(uint64_t v[ST__MAX])
 {
   pthread_once(&stats.once, stat_key_make);
   pthread_mutex_lock(&stats.lock);
-  uint64_t n = stat_sum(s) - stats.base[s];
+  for (int i = 0; i < ST__MAX; i++)
+    v[i] = stat_sum((eager_stat)i) - stats.base[i];
   pthread_mutex_unlock(&stats.lock);
-  return n;
+}
+
+uint64_t eager_stat_total(eager_stat s)
+{
+  uint64_t v[ST__MAX];
+  stat_totals(v);
+  return v[s];
 }
 static _Atomic uint64_t compile_us;   /* compile time, microseconds */
 static eager_config cfg;
@@ -182,17 +190,19 @@ void tc_stats_get(tc_stats *out)
   if (!out)
     return;
   memset(out, 0, sizeof *out);
-  out->ops = eager_stat_total(ST_OPS);
-  out->regions = eager_stat_total(ST_REGIONS);
-  out->regions_compiled = eager_stat_total(ST_REGIONS_COMPILED);
-  out->regions_eager = eager_stat_total(ST_REGIONS_EAGER);
-  out->kernels_compiled = eager_stat_total(ST_KERNELS_COMPILED);
-  out->kernels_loaded = eager_stat_total(ST_KERNELS_LOADED);
-  out->kernels_launched = eager_stat_total(ST_KERNELS_LAUNCHED);
-  out->guard_failures = eager_stat_total(ST_GUARD_FAILURES);
-  out->compile_failures = eager_stat_total(ST_COMPILE_FAILURES);
-  out->layouts_derived = eager_stat_total(ST_LAYOUTS_DERIVED);
-  out->layouts_built = eager_stat_total(ST_LAYOUTS_BUILT);
+  uint64_t v[ST__MAX];
+  stat_totals(v);
+  out->ops = v[ST_OPS];
+  out->regions = v[ST_REGIONS];
+  out->regions_compiled = v[ST_REGIONS_COMPILED];
+  out->regions_eager = v[ST_REGIONS_EAGER];
+  out->kernels_compiled = v[ST_KERNELS_COMPILED];
+  out->kernels_loaded = v[ST_KERNELS_LOADED];
+  out->kernels_launched = v[ST_KERNELS_LAUNCHED];
+  out->guard_failures = v[ST_GUARD_FAILURES];
+  out->compile_failures = v[ST_COMPILE_FAILURES];
+  out->layouts_derived = v[ST_LAYOUTS_DERIVED];
+  out->layouts_built = v[ST_LAYOUTS_BUILT];
   out->compile_ms = (double)compile_us / 1000.0;
   out->first_compiled_ms =
     t_first_compiled ? t_first_compiled - t_first_region : 0;

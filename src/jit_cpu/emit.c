@@ -821,10 +821,8 @@ static gcc_jit_rvalue *chunk_len(cg *g, gcc_jit_rvalue *cs)
 static gcc_jit_rvalue *nchunks(cg *g)
 {
   jb *j = &g->j;
-  if (!g->k->dynamic) {
-    int64_t n = g->crow;
-    return I64(g, n ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1);
-  }
+  if (!g->k->dynamic)
+    return I64(g, tensor_red_chunks(g->crow));
   gcc_jit_rvalue *m = jb_let(
     j, "nch", j->t->i64,
     jb_bin(j, GCC_JIT_BINARY_OP_DIVIDE,
@@ -1260,8 +1258,7 @@ static void store_row(cg *g, int p)
 ** chunk, no stack): at most one partial per level. */
 static int chunk_levels(int64_t row_len)
 {
-  int64_t m = row_len ? (row_len + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK
-                      : 1;
+  int64_t m = tensor_red_chunks(row_len);
   int depth = 1;
   while ((int64_t)1 << (depth - 1) < m)
     depth++;
@@ -1463,8 +1460,7 @@ static void col_reduce(cg *g, int p)
   col_arrays(g, g->k->ins[ps->value].dtype, &acc, &stk);
   gcc_jit_lvalue *acc0 = at_col(g, acc, I64(g, 0));
   gcc_jit_lvalue *rv = g->rowvar[p];
-  int64_t m = g->crow ? (g->crow + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK
-                      : 1;
+  int64_t m = tensor_red_chunks(g->crow);
   if (m == 1) {
     col_chunk(g, ps, acc, I64(g, 0), I64(g, g->crow));
     col_fold(g, ps, rv, acc0, false);

@@ -494,7 +494,7 @@ static int launch_split(const jcpu_kernel *jk, const kir_kernel *k,
                         launch_job *l)
 {
   int64_t n = k->dynamic ? l->dims[k->ndim] : k->row_len;
-  int64_t m = n ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
+  int64_t m = tensor_red_chunks(n);
   _Alignas(8) char small[64 * 8];
   void *parts = m <= 64 ? small : malloc((size_t)m * 8);
   if (!parts)

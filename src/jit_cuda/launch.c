@@ -8,8 +8,7 @@
 
 static int64_t chunks_of(const kir_kernel *k)
 {
-  return k->row_len > 0
-         ? (k->row_len + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
+  return tensor_red_chunks(k->row_len);
 }
 
 static unsigned clamp_grid(int64_t want, int64_t cap)

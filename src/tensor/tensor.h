@@ -446,6 +446,12 @@ void tensor_parallel(int64_t n, int64_t grain, tensor_range_fn fn, void *ctx);
 ** levels (p[i] = p[2i] (+) p[2i+1], an odd last one carried up). */
 #define TENSOR_RED_LANES 16
 #define TENSOR_RED_CHUNK 4096
+/* The chunks of a row of n elements: at least 1 (an empty row has one
+** empty chunk, which yields the identity). */
+static inline int64_t tensor_red_chunks(int64_t n)
+{
+  return n > 0 ? (n + TENSOR_RED_CHUNK - 1) / TENSOR_RED_CHUNK : 1;
+}
 /* The combines: sums wrap on integers; max and min propagate NaN (x wins
 ** when it is NaN or larger/smaller, as torch.maximum). */
 #define TENSOR_COMB_ADD(x, y)  ((x) + (y))

@@ -1164,8 +1164,8 @@ static void test_vectorized(void **state)
 ** A reduction over a dim that is not innermost reads its rows with a stride
 ** and its adjacent rows contiguously: the kernel takes blocks of rows side
 ** by side (emit.c, column mode). Each row must still reduce in the
-** canonical order: checked against the order computed here in double-free
-** plain C (f32 sums) and bitwise against eager, over block cuts inside a
+** canonical order: checked against the order computed here in f32
+** plain C and bitwise against eager, over block cuts inside a
 ** block, across an outer dim, multi-chunk rows, several passes (a hoisted
 ** mean), NaN, integers, and arbitrary [lo, hi) ranges. */
 
