@@ -32,11 +32,26 @@ static atomic_uint next_id = 1;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
+/* A loop that opens a scope per iteration would otherwise allocate and
+** free the stack every time: up to this many slots stay between scopes. */
+#define SCOPE_KEEP_SLOTS 4096
+
+static void stack_free(void)
+{
+  free(sc.slot);
+  free(sc.marks);
+  sc.slot = NULL;
+  sc.marks = NULL;
+  sc.n = sc.cap = 0;
+  sc.cap_marks = 0;
+}
+
 static void end_all(void *unused)
 {
   (void)unused;
   if (sc.depth > 0)
     tc_scope_end(sc.marks[0]);
+  stack_free();
 }
 
 static void exit_key_make(void) { pthread_key_create(&exit_key, end_all); }
@@ -103,6 +118,8 @@ tc_tensor *tc_keep(tc_tensor *t)
 static void release_slot(tc_tensor *t)
 {
   int u = atomic_load_explicit(&t->user_refs, memory_order_relaxed);
+  if (u == 1)   /* the slot's is the program's only one: nobody races us */
+    atomic_store_explicit(&t->user_refs, u = 0, memory_order_relaxed);
   while (u > 0 && !atomic_compare_exchange_weak_explicit(
                     &t->user_refs, &u, u - 1, memory_order_relaxed,
                     memory_order_relaxed))
@@ -157,12 +174,6 @@ void tc_scope_end(size_t mark)
     end_innermost();
   if (tensor_hooks.unlock)
     tensor_hooks.unlock();
-  if (sc.depth == 0) {
-    free(sc.slot);
-    free(sc.marks);
-    sc.slot = NULL;
-    sc.marks = NULL;
-    sc.n = sc.cap = 0;
-    sc.cap_marks = 0;
-  }
+  if (sc.depth == 0 && sc.cap > SCOPE_KEEP_SLOTS)
+    stack_free();   /* a big one goes back; a small one serves the next */
 }

@@ -282,6 +282,7 @@ static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->scope_slot = -1;
   t->scope_owner = 0;
   t->live = TENSOR_LIVE;
+  t->trace_refs = 0;
   t->offset = 0;
   t->storage = NULL;
   t->lazy = NULL;

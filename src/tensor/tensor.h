@@ -142,6 +142,9 @@ struct tc_tensor {
   int32_t scope_slot;   /* index in its scope's stack, -1 if none */
   uint32_t scope_owner; /* that scope's thread (scope.c's id), 0 if none */
   uint32_t live;        /* TENSOR_LIVE; TENSOR_DEAD once freed */
+  int32_t trace_refs;   /* trace's, under its lock: graph edges reading
+                           this tensor; together they hold one reference
+                           in refs (an edge costs no atomic) */
   int64_t numel;
   int64_t offset;       /* in elements, into storage */
   int64_t shape[TC_MAX_DIMS];
@@ -307,10 +310,22 @@ static inline tc_tensor *tensor_ref(tc_tensor *t)
     atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
   return t;
 }
+/* The last reference is the only one: no other thread holds one to take
+** another, so it is dropped with a load instead of a read-modify-write
+** (an uncontended atomic costs as much as the rest of releasing a small
+** tensor). The acquire load orders the free after other threads' earlier
+** releases, as the acq_rel decrement does. */
 static inline void tensor_unref(tc_tensor *t)
 {
-  if (t && atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+  if (!t)
+    return;
+  if (atomic_load_explicit(&t->refs, memory_order_acquire) == 1) {
+    atomic_store_explicit(&t->refs, 0, memory_order_relaxed);
     tensor_free(t);
+  } else if (atomic_fetch_sub_explicit(&t->refs, 1,
+                                       memory_order_acq_rel) == 1) {
+    tensor_free(t);
+  }
 }
 
 static inline void *tensor_ptr(const tc_tensor *t)

@@ -4,57 +4,14 @@
 ** raised exactly as in eager mode); views of lazy tensors are lazy views;
 ** in-place ops are functionalized. Realization lives in region.c.
 */
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "trace_int.h"
 
 trace_state trace_g;
-
-/* -- The lock ----------------------------------------------------------------- */
-
-/* Taken twice per traced op (the handler, and a region's realization or a
-** scope's releases), almost never contended: a futex word (Drepper's
-** "Futexes are tricky", mutex 2) costs one atomic each way where a
-** pthread mutex costs some 60 instructions a pair. 0 free, 1 held, 2 held
-** with waiters. */
-static atomic_int graph_lock;
-static _Thread_local int lock_depth;   /* reentrant on one thread */
-
-static void futex(atomic_int *w, int op, int val)
-{
-  syscall(SYS_futex, w, op, val, NULL, NULL, 0);
-}
-
-void trace_lock(void)
-{
-  if (lock_depth++ > 0)
-    return;
-  int c = 0;
-  if (atomic_compare_exchange_strong_explicit(&graph_lock, &c, 1,
-                                              memory_order_acquire,
-                                              memory_order_relaxed))
-    return;
-  if (c != 2)
-    c = atomic_exchange_explicit(&graph_lock, 2, memory_order_acquire);
-  while (c != 0) {
-    futex(&graph_lock, FUTEX_WAIT_PRIVATE, 2);
-    c = atomic_exchange_explicit(&graph_lock, 2, memory_order_acquire);
-  }
-}
-
-void trace_unlock(void)
-{
-  if (--lock_depth > 0)
-    return;
-  if (atomic_exchange_explicit(&graph_lock, 0, memory_order_release) == 2)
-    futex(&graph_lock, FUTEX_WAKE_PRIVATE, 1);
-}
 
 /* -- Nodes ------------------------------------------------------------------ */
 
@@ -106,6 +63,22 @@ static trace_node *node_alloc(void)
 
 void trace_node_retain(trace_node *n) { n->refs++; }
 
+/* A leaf edge's reference: a program reads the same few leaves (weights,
+** inputs) in op after op, so the edges share one reference to each, and
+** taking another is a plain increment under the lock. */
+static tc_tensor *leaf_ref(tc_tensor *t)
+{
+  if (t->trace_refs++ == 0)
+    tensor_ref(t);
+  return t;
+}
+
+static void leaf_unref(tc_tensor *t)
+{
+  if (--t->trace_refs == 0)
+    tensor_unref(t);
+}
+
 void trace_node_free(trace_node *n)
 {
   do {
@@ -114,7 +87,7 @@ void trace_node_free(trace_node *n)
     for (int i = 0; i < n->nin; i++) {
       trace_node *in = n->in[i].node;
       if (n->in[i].leaf) {
-        tensor_unref(n->in[i].leaf);
+        leaf_unref(n->in[i].leaf);
         trace_g.live_nodes--;
       }
       if (!in)
@@ -260,6 +233,7 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   h->scope_slot = -1;
   h->scope_owner = 0;
   h->live = TENSOR_LIVE;
+  h->trace_refs = 0;
   h->offset = 0;
   h->storage = NULL;
   int64_t numel = 1;
@@ -349,7 +323,7 @@ static void edge_of(tc_tensor *t, trace_edge *e)
     trace_node_retain(w->node);
     return;
   }
-  e->leaf = tensor_ref(t);
+  e->leaf = leaf_ref(t);
   trace_g.live_nodes++;
 }
 
@@ -634,7 +608,8 @@ static void register_handlers(void)
 static void locked_handle_released(tc_tensor *h)
 {
   trace_lock();
-  handle_released(h);
+  if (h->lazy)   /* another thread may have bound it since tensor_free looked */
+    handle_released(h);
   trace_unlock();
 }
 
@@ -677,6 +652,7 @@ static int locked_realize_all(void)
 static void init_once(void)
 {
   trace_config_load();
+  trace_lock_init();
   leaf_hashes_init();
   register_handlers();
   tensor_lazy_release_hook = locked_handle_released;

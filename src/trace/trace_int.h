@@ -49,6 +49,7 @@ extern trace_state trace_g;
 ** one thread (a realization may release handles or realize again). */
 void trace_lock(void);
 void trace_unlock(void);
+void trace_lock_init(void);   /* once, before the first trace_lock */
 
 /* One word into a structure hash: the 128-bit product of (state ^ word) and
 ** an odd constant, folded to 64 bits (foldhash's folded multiply). Each
