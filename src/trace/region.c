@@ -672,12 +672,14 @@ static int realize_one_device(reqs *q)
   bool hot;
   pthread_mutex_lock(&table_lock);
   cache_entry *e = lookup(r, &hot);
-  pthread_mutex_unlock(&table_lock);
-  if (hot)
-    compile_hook(r, e);
-  pthread_mutex_lock(&table_lock);
   void *plan = e && e->state == CACHE_COMPILED ? e->plan : NULL;
   pthread_mutex_unlock(&table_lock);
+  if (hot) {   /* compiled now (or queued): look again */
+    compile_hook(r, e);
+    pthread_mutex_lock(&table_lock);
+    plan = e && e->state == CACHE_COMPILED ? e->plan : NULL;
+    pthread_mutex_unlock(&table_lock);
+  }
   eager_count(ST_REGIONS);
   eager_note_region();
   int rc = -1;
