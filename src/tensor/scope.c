@@ -32,10 +32,6 @@ static atomic_uint next_id = 1;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
-/* A loop that opens a scope per iteration would otherwise allocate and
-** free the stack every time: up to this many slots stay between scopes. */
-#define SCOPE_KEEP_SLOTS 4096
-
 static void stack_free(void)
 {
   free(sc.slot);
@@ -174,6 +170,6 @@ void tc_scope_end(size_t mark)
     end_innermost();
   if (tensor_hooks.unlock)
     tensor_hooks.unlock();
-  if (sc.depth == 0 && sc.cap > SCOPE_KEEP_SLOTS)
+  if (sc.depth == 0 && sc.cap > TUNE_SCOPE_KEEP_SLOTS)
     stack_free();   /* a big one goes back; a small one serves the next */
 }

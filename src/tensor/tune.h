@@ -40,4 +40,9 @@
 #define TUNE_HANDLE_CACHE 64
 #define TUNE_NODE_CACHE 256
 
+/* A thread's scope stack (tensor/scope.c) is kept between outermost scopes
+** up to this many slots: a loop that opens a scope per iteration would
+** otherwise allocate and free it every time; a bigger one goes back. */
+#define TUNE_SCOPE_KEEP_SLOTS 4096
+
 #endif

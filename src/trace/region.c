@@ -641,6 +641,12 @@ static int realize(reqs *q)
   return rc;
 }
 
+/* Entry e's compiled plan, or NULL while it has none (under table_lock). */
+static void *ready_plan(const cache_entry *e)
+{
+  return e && e->state == CACHE_COMPILED ? e->plan : NULL;
+}
+
 static int realize_one_device(reqs *q)
 {
   if (q->n == 0)
@@ -672,12 +678,12 @@ static int realize_one_device(reqs *q)
   bool hot;
   pthread_mutex_lock(&table_lock);
   cache_entry *e = lookup(r, &hot);
-  void *plan = e && e->state == CACHE_COMPILED ? e->plan : NULL;
+  void *plan = ready_plan(e);
   pthread_mutex_unlock(&table_lock);
   if (hot) {   /* compiled now (or queued): look again */
     compile_hook(r, e);
     pthread_mutex_lock(&table_lock);
-    plan = e && e->state == CACHE_COMPILED ? e->plan : NULL;
+    plan = ready_plan(e);
     pthread_mutex_unlock(&table_lock);
   }
   eager_count(ST_REGIONS);
