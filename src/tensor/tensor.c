@@ -279,6 +279,7 @@ static tc_tensor *handle_new(tc_dtype dt, int ndim, const int64_t *shape)
   t->kept = 0;
   t->exposed = 0;
   t->lazy_plain = 0;
+  t->lazy_replay = 0;
   t->scope_slot = -1;
   t->scope_owner = 0;
   t->live = TENSOR_LIVE;

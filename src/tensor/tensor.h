@@ -139,6 +139,8 @@ struct tc_tensor {
   uint8_t exposed;      /* tc_data() was called on it (storage->exposed) */
   uint8_t lazy_plain;   /* trace's, while lazy: the handle shows its node's
                            value as it is (no view); set when it is bound */
+  uint8_t lazy_replay;  /* trace's, while lazy: a replayed op's handle (its
+                           lazy is a tape's template node, trace/replay.c) */
   int32_t scope_slot;   /* index in its scope's stack, -1 if none */
   uint32_t scope_owner; /* that scope's thread (scope.c's id), 0 if none */
   uint32_t live;        /* TENSOR_LIVE; TENSOR_DEAD once freed */

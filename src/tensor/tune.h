@@ -45,4 +45,13 @@
 ** otherwise allocate and free it every time; a bigger one goes back. */
 #define TUNE_SCOPE_KEEP_SLOTS 4096
 
+/* Op-level replay (trace/replay.c): the tapes kept (one per region
+** structure, least recently made goes), the largest region taped, and the
+** runs in a row that may leave a tape's replay before it is turned off
+** (a program whose ops differ each time pays the failed tries no more). */
+#define TUNE_REPLAY_TAPES 16
+#define TUNE_REPLAY_MAX_OPS 512
+#define TUNE_REPLAY_MAX_INPUTS 32
+#define TUNE_REPLAY_MISSES 8
+
 #endif

@@ -390,9 +390,18 @@ static void compile_region(const trace_region *r, cache_entry *e)
 }
 
 /* Called by trace_init: fusion and the JITs become the compile hook. */
+/* trace_graphless_fn: a CPU plan whose layout is fixed reads a region's
+** inputs, outputs and nodes' attributes (run.c); a shape-dynamic one
+** plans each run's layout from the region's graph. */
+static bool plan_graphless(const void *plan)
+{
+  const trace_plan *tp = plan;
+  return tp->device == TC_DEV_CPU && (!tp->plan->dynamic || tp->fixed);
+}
+
 void trace_compile_register(void)
 {
   if (!tensor_cfg()->jit)
     return;   /* TC_JIT=0: trace and count, but never compile */
-  trace_set_compiler(compile_region, trace_run_plan);
+  trace_set_compiler(compile_region, trace_run_plan, plan_graphless);
 }

@@ -49,7 +49,7 @@ __attribute__((destructor)) static void node_cache_at_exit(void)
 }
 
 /* An uninitialized node; node_for_call sets every field it reads. */
-static trace_node *node_alloc(void)
+trace_node *trace_node_alloc(void)
 {
   trace_node *n = trace_g.free_nodes;
   if (n) {
@@ -66,14 +66,14 @@ void trace_node_retain(trace_node *n) { n->refs++; }
 /* A leaf edge's reference: a program reads the same few leaves (weights,
 ** inputs) in op after op, so the edges share one reference to each, and
 ** taking another is a plain increment under the lock. */
-static tc_tensor *leaf_ref(tc_tensor *t)
+tc_tensor *trace_leaf_ref(tc_tensor *t)
 {
   if (t->trace_refs++ == 0)
     tensor_ref(t);
   return t;
 }
 
-static void leaf_unref(tc_tensor *t)
+void trace_leaf_unref(tc_tensor *t)
 {
   if (--t->trace_refs == 0)
     tensor_unref(t);
@@ -87,7 +87,7 @@ void trace_node_free(trace_node *n)
     for (int i = 0; i < n->nin; i++) {
       trace_node *in = n->in[i].node;
       if (n->in[i].leaf) {
-        leaf_unref(n->in[i].leaf);
+        trace_leaf_unref(n->in[i].leaf);
         trace_g.live_nodes--;
       }
       if (!in)
@@ -190,7 +190,7 @@ static void held_remove(trace_node *n)
   last->held = n->held;
 }
 
-static void handle_link(trace_node *n, tc_tensor *h)
+void trace_handle_link(trace_node *n, tc_tensor *h)
 {
   if (!n->handles)
     held_add(n);
@@ -211,16 +211,23 @@ static void handle_unlink(trace_node *n, tc_tensor *h)
     held_remove(n);
 }
 
-/* A lazy handle over node n with geometry g (NULL: n's contiguous shape). */
-tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
+/* A lazy handle over node n with geometry g (NULL: n's contiguous shape),
+** not yet in n's list. */
+tc_tensor *trace_handle_make(trace_node *n, const tensor_geom *g)
 {
-  int ndim = g ? g->ndim : n->ndim;
-  const int64_t *shape = g ? g->shape : n->shape;
   tc_tensor *h = tensor_handle_alloc();
   if (!h) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
+  trace_handle_fill(h, n, g);
+  return h;
+}
+
+void trace_handle_fill(tc_tensor *h, trace_node *n, const tensor_geom *g)
+{
+  int ndim = g ? g->ndim : n->ndim;
+  const int64_t *shape = g ? g->shape : n->shape;
   /* Every field set once (no memset: this is on every traced op's path). */
   atomic_init(&h->refs, 1);
   atomic_init(&h->user_refs, 1);
@@ -250,8 +257,15 @@ tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
   }
   h->lazy = n;
   h->lazy_plain = !g || shows_node(h, n);   /* asked of every edge read */
+  h->lazy_replay = 0;
   h->grad_meta = NULL;
-  handle_link(n, h);
+}
+
+tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
+{
+  tc_tensor *h = trace_handle_make(n, g);
+  if (h)
+    trace_handle_link(n, h);
   return h;
 }
 
@@ -264,6 +278,18 @@ static void handle_released(tc_tensor *h)
   trace_node_release(n);
 }
 
+/* Lazy handle h (out of its node's list) shows value v (contiguous) from
+** now on. */
+void trace_handle_bind(tc_tensor *h, tc_tensor *v)
+{
+  h->storage = v->storage;
+  atomic_fetch_add(&v->storage->refs, 1);
+  h->offset += v->offset;
+  h->lazy = NULL;
+  h->lazy_replay = 0;
+  h->keys &= (uint8_t)~TC_KEYSET(TC_KEY_TRACE);   /* autograd's stays */
+}
+
 /* Bind every handle of n to its computed value v (contiguous). */
 void trace_materialize_handles(trace_node *n, tc_tensor *v)
 {
@@ -271,11 +297,7 @@ void trace_materialize_handles(trace_node *n, tc_tensor *v)
   while (n->handles) {
     tc_tensor *h = n->handles;
     handle_unlink(n, h);
-    h->storage = v->storage;
-    atomic_fetch_add(&v->storage->refs, 1);
-    h->offset += v->offset;
-    h->lazy = NULL;
-    h->keys &= (uint8_t)~TC_KEYSET(TC_KEY_TRACE);   /* autograd's stays */
+    trace_handle_bind(h, v);
     trace_node_release(n);
   }
   trace_node_release(n);
@@ -323,27 +345,21 @@ static void edge_of(tc_tensor *t, trace_edge *e)
     trace_node_retain(w->node);
     return;
   }
-  e->leaf = leaf_ref(t);
+  e->leaf = trace_leaf_ref(t);
   trace_g.live_nodes++;
 }
 
-/* A node computing op for call c, NULL on failure. Its inputs are the last
-** op_table[op].nin of c's: an in-place op's twin may read fewer than the
-** op (COPY_(dst, src) is CAST(src), FILL_(dst) is FILL()). Every field is
-** set once here: this is on every traced op's path. */
-static trace_node *node_for_call(const eager_call *c, tc_op op)
+/* Set every field of node n but its input edges (left absent) and hash:
+** the op of call c (whose first `skip` inputs it does not read), on
+** device. This is on every traced op's path: each field is stored once. */
+void trace_node_init(trace_node *n, const eager_call *c, tc_op op, int skip,
+                     int device)
 {
-  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
-  if (flush_inputs(c->in + skip, c->nin - skip) < 0)
-    return NULL;
-  trace_node *n = node_alloc();
-  if (!n)
-    return NULL;
   n->refs = 0;
   n->op = op;
   n->dtype = (uint8_t)c->dtype;
   n->cdtype = (uint8_t)c->cdtype;
-  n->device = (uint8_t)eager_call_device(c);
+  n->device = (uint8_t)device;
   n->ndim = c->ndim;
   for (int d = 0; d < c->ndim; d++)
     n->shape[d] = c->shape[d];
@@ -357,19 +373,26 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   n->handles = NULL;
   n->mark = 0;
   n->born = trace_g.realizations;
+  n->seq = trace_g.recorded++;
+  n->plain_op = false;
   n->slot = -1;
   n->binds = false;
   n->costly = op == TC_OP_MATMUL;
   trace_g.live_nodes++;
   for (int i = 0; i < n->nin; i++) {
-    trace_edge *e = &n->in[i];
-    e->node = NULL;   /* absent unless set (geom only when viewed) */
-    e->leaf = NULL;
-    e->viewed = false;
-    if (c->in[skip + i])
-      edge_of(c->in[skip + i], e);
-    if (e->node && !e->node->value)
-      n->costly |= e->node->costly;
+    n->in[i].node = NULL;
+    n->in[i].leaf = NULL;
+    n->in[i].viewed = false;   /* geom only when viewed */
+  }
+}
+
+/* Once its edges are set: what n inherits from them, and its hash. */
+void trace_node_seal(trace_node *n, int skip)
+{
+  for (int i = 0; i < n->nin; i++) {
+    const trace_node *in = n->in[i].node;
+    if (in && !in->value)
+      n->costly |= in->costly;
   }
   n->hash = node_hash(n);
   /* An in-place twin that does not read its target (COPY_ is CAST(src),
@@ -378,6 +401,24 @@ static trace_node *node_for_call(const eager_call *c, tc_op op)
   ** (no guard would see the difference), so the shape is structure. */
   for (int d = 0; skip > 0 && d < n->ndim; d++)
     n->hash = trace_hash_word(n->hash, (uint64_t)n->shape[d]);
+}
+
+/* A node computing op for call c, NULL on failure. Its inputs are the last
+** op_table[op].nin of c's: an in-place op's twin may read fewer than the
+** op (COPY_(dst, src) is CAST(src), FILL_(dst) is FILL()). */
+static trace_node *node_for_call(const eager_call *c, tc_op op)
+{
+  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+  if (flush_inputs(c->in + skip, c->nin - skip) < 0)
+    return NULL;
+  trace_node *n = trace_node_alloc();
+  if (!n)
+    return NULL;
+  trace_node_init(n, c, op, skip, eager_call_device(c));
+  for (int i = 0; i < n->nin; i++)
+    if (c->in[skip + i])
+      edge_of(c->in[skip + i], &n->in[i]);
+  trace_node_seal(n, skip);
   return n;
 }
 
@@ -493,7 +534,7 @@ static tc_tensor *trace_inplace(const eager_call *c)
       handle_unlink(old, dst);
       dst->lazy = n;
       dst->lazy_plain = shows_node(dst, n);
-      handle_link(n, dst);
+      trace_handle_link(n, dst);
       trace_node_release(old);
       if (reads_exposed(n) && trace_realize_tensor(dst) < 0)
         return NULL;
@@ -562,21 +603,37 @@ static tc_tensor *on_device(eager_kernel handler, const eager_call *c)
   return r;
 }
 
-/* Every handler runs under the trace lock. */
+/* Every handler runs under the trace lock, and sees the graph whole: a
+** replay in flight is left first. */
 #define LOCKED(name)                                  \
   static tc_tensor *locked_##name(const eager_call *c) \
   {                                                   \
     trace_lock();                                     \
+    trace_replay_leave();                             \
     tc_tensor *r = on_device(name, c);                \
     trace_unlock();                                   \
     return r;                                         \
   }
 LOCKED(trace_view)
-LOCKED(trace_functional)
 LOCKED(trace_inplace)
 LOCKED(trace_contiguous)
 LOCKED(trace_eager)
 #undef LOCKED
+
+/* A functional op is replayed when it is the next op of the tape armed;
+** else recorded (its node marked as one a replay could match). */
+static tc_tensor *locked_trace_functional(const eager_call *c)
+{
+  trace_lock();
+  tc_tensor *r;
+  if (!trace_replay_op(c, &r)) {
+    r = on_device(trace_functional, c);
+    if (r && r->lazy && eager_call_device(c) == TC_DEV_CPU)
+      ((trace_node *)r->lazy)->plain_op = true;
+  }
+  trace_unlock();
+  return r;
+}
 
 static void register_handlers(void)
 {
@@ -608,7 +665,10 @@ static void register_handlers(void)
 static void locked_handle_released(tc_tensor *h)
 {
   trace_lock();
-  if (h->lazy)   /* another thread may have bound it since tensor_free looked */
+  if (h->lazy_replay)   /* a replayed op's: no node to release */
+    trace_replay_release(h);
+  else if (h->lazy)   /* another thread may have bound it since
+                         tensor_free looked */
     handle_released(h);
   trace_unlock();
 }
@@ -616,9 +676,11 @@ static void locked_handle_released(tc_tensor *h)
 static int locked_realize(tc_tensor *t)
 {
   trace_lock();
+  int rc = 0;
   /* Another thread may have realized t since the caller looked. */
-  int rc = t->lazy || (t->storage && t->storage->pending)
-           ? trace_realize_tensor(t) : 0;
+  if (!trace_replay_realize(t, &rc) &&
+      (t->lazy || (t->storage && t->storage->pending)))
+    rc = trace_realize_tensor(t);
   trace_unlock();
   return rc;
 }
@@ -626,6 +688,7 @@ static int locked_realize(tc_tensor *t)
 static int locked_sync(void)
 {
   trace_lock();
+  trace_replay_leave();
   int rc = trace_sync();
   trace_unlock();
   return rc;
@@ -634,6 +697,7 @@ static int locked_sync(void)
 static int locked_expose(tc_tensor *t)
 {
   trace_lock();
+  trace_replay_leave();
   int rc = trace_expose(t);
   trace_unlock();
   return rc;
@@ -642,6 +706,7 @@ static int locked_expose(tc_tensor *t)
 static int locked_realize_all(void)
 {
   trace_lock();
+  trace_replay_leave();
   int rc = trace_realize_all();
   trace_unlock();
   return rc;

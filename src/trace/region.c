@@ -22,6 +22,7 @@ trace_config trace_config_cur = { .hot = 2, .recompile_limit = 8,
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static trace_compile_fn compile_hook;
 static trace_run_fn run_hook;
+static trace_graphless_fn graphless_hook;
 
 void trace_config_load(void)
 {
@@ -34,10 +35,12 @@ void trace_config_load(void)
                                    env->regions_max });
 }
 
-void trace_set_compiler(trace_compile_fn compile, trace_run_fn run)
+void trace_set_compiler(trace_compile_fn compile, trace_run_fn run,
+                        trace_graphless_fn graphless)
 {
   compile_hook = compile;
   run_hook = run;
+  graphless_hook = graphless;
 }
 
 /* -- Bookkeeping: pending writes ------------------------------------------- */
@@ -604,13 +607,13 @@ static void clear_binds(reqs *q)
     q->at[i].node->binds = false;
 }
 
-static int realize_one_device(reqs *q);
+static int realize_one_device(reqs *q, bool read);
 static void reqs_free(reqs *q);
 
 /* Values on different devices share no node (every op's tensors are on
 ** one device), so a realization that asks for both (tc_sync, the node
 ** limit) is one region per device: each is compiled for its device. */
-static int realize(reqs *q)
+static int realize(reqs *q, bool read)
 {
   bool cpu = false, cuda = false;
   for (int i = 0; i < q->n; i++) {
@@ -618,7 +621,7 @@ static int realize(reqs *q)
     cuda |= q->at[i].node->device == TC_DEV_CUDA;
   }
   if (!cpu || !cuda)
-    return realize_one_device(q);
+    return realize_one_device(q, read);
   /* Both parts first, their nodes held: realizing one frees nodes of q
   ** (a write-back drops its pending write's node). */
   reqs part[2] = { REQS_INIT(part[0]), REQS_INIT(part[1]) };
@@ -632,7 +635,7 @@ static int realize(reqs *q)
     for (int i = 0; i < part[d].n; i++)
       trace_node_retain(part[d].at[i].node);
   for (int d = 0; d < 2 && rc == 0; d++)
-    rc = realize_one_device(&part[d]);
+    rc = realize_one_device(&part[d], false);
   for (int d = 0; d < 2; d++) {
     for (int i = 0; i < part[d].n; i++)
       trace_node_release(part[d].at[i].node);
@@ -647,7 +650,9 @@ static void *ready_plan(const cache_entry *e)
   return e && e->state == CACHE_COMPILED ? e->plan : NULL;
 }
 
-static int realize_one_device(reqs *q)
+/* read: q asks for one lazy value the program reads (a replay's tape may
+** be made of its region). */
+static int realize_one_device(reqs *q, bool read)
 {
   if (q->n == 0)
     return 0;
@@ -655,6 +660,7 @@ static int realize_one_device(reqs *q)
     clear_binds(q);
     return tc_seterr(TC_E_NOMEM, "out of memory realizing"), -1;
   }
+  int nreq = read ? q->n : 0;   /* before survivors are added */
   int64_t small = 0;   /* see survives */
   for (int i = 0; i < q->n; i++)
     if (node_numel(q->at[i].node) / TUNE_SMALL_OUTPUT_DIV > small)
@@ -689,14 +695,17 @@ static int realize_one_device(reqs *q)
   eager_count(ST_REGIONS);
   eager_note_region();
   int rc = -1;
+  bool replayable = false;
   if (plan && run_hook) {
     rc = run_hook(plan, r);
     if (rc == 0) {
       e->runs_compiled++;
       eager_count(ST_REGIONS_COMPILED);
       eager_note_compiled_run();
+      replayable = graphless_hook && graphless_hook(plan);
     }
   }
+  trace_replay_offer(replayable ? r : NULL, nreq);
   if (rc != 0) {
     rc = run_eager(r);
     if (e)
@@ -713,6 +722,37 @@ static int realize_one_device(reqs *q)
     trace_node_release(r->outputs[i]);
   region_free(&b);
   return rc;
+}
+
+int trace_region_replay(trace_region *r)
+{
+  pthread_mutex_lock(&table_lock);
+  cache_struct *s = cache_struct_get(r->hash);
+  cache_entry *e = s ? cache_variant_find(s, r->ninputs,
+                                          (const tc_tensor *const *)r->inputs)
+                     : NULL;
+  void *plan = ready_plan(e);
+  if (plan && !(run_hook && graphless_hook && graphless_hook(plan)))
+    plan = NULL;
+  if (plan)
+    cache_hit(e);   /* a compiled entry: hot long ago */
+  pthread_mutex_unlock(&table_lock);
+  if (!plan)
+    return 1;
+  eager_tls_keys saved = eager_tls_get();
+  eager_tls_set((eager_tls_keys){ saved.include,
+                                  saved.exclude | TC_KEYSET(TC_KEY_TRACE) });
+  int rc = run_hook(plan, r);
+  eager_tls_set(saved);
+  if (rc != 0)
+    return -1;
+  trace_g.realizations++;
+  e->runs_compiled++;
+  eager_count(ST_REGIONS);
+  eager_note_region();
+  eager_count(ST_REGIONS_COMPILED);
+  eager_note_compiled_run();
+  return 0;
 }
 
 static void reqs_free(reqs *q)
@@ -732,7 +772,7 @@ int trace_realize_tensor(tc_tensor *t)
       if (trace_g.pending[i].dst->storage == t->storage)
         rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
   if (rc == 0)
-    rc = realize(&q);
+    rc = realize(&q, t->lazy != NULL);
   reqs_free(&q);
   return rc;
 }
@@ -745,7 +785,7 @@ int trace_flush_storage(tensor_storage *s)
     if (trace_g.pending[i].dst->storage == s)
       rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
   if (rc == 0)
-    rc = realize(&q);
+    rc = realize(&q, false);
   reqs_free(&q);
   return rc;
 }
@@ -757,7 +797,7 @@ int trace_sync(void)
   for (int i = 0; i < trace_g.npending && rc == 0; i++)
     rc = req_add(&q, trace_g.pending[i].node, trace_g.pending[i].dst);
   if (rc == 0)
-    rc = realize(&q);
+    rc = realize(&q, false);
   reqs_free(&q);
   return rc;
 }
@@ -795,7 +835,7 @@ int trace_expose(tc_tensor *t)
       rc = req_add(&q, h, NULL);
   }
   if (rc == 0)
-    rc = realize(&q);
+    rc = realize(&q, false);
   else
     tc_seterr(TC_E_NOMEM, "out of memory realizing");
   reqs_free(&q);
@@ -812,7 +852,7 @@ int trace_realize_all(void)
     if (!trace_g.held[i]->value)
       rc = req_add(&q, trace_g.held[i], NULL);
   if (rc == 0)
-    rc = realize(&q);
+    rc = realize(&q, false);
   reqs_free(&q);
   return rc;
 }

@@ -39,25 +39,29 @@ struct trace_node {
   uint8_t dtype, cdtype;
   uint8_t device;        /* TC_DEV_*: where its value is computed (every
                             tensor it reads is there: checked at the call) */
-  int ndim;
-  int64_t shape[TC_MAX_DIMS];
-  int nin;
-  trace_edge in[3];
-  double s[2];
-  int dim;
   bool keepdim;
+  int ndim;
+  int nin;
+  int dim;
+  double s[2];
+  int64_t shape[TC_MAX_DIMS];
   uint64_t hash;         /* structure of the subgraph, kept incrementally */
   tc_tensor *value;      /* computed value (contiguous, owned ref) */
   tc_tensor *handles;    /* lazy handles over this node (borrowed list) */
   int held;              /* index in the thread's held list while handles */
   uint64_t mark;         /* walk epoch */
   uint64_t born;         /* realizations done when the node was made */
+  uint64_t seq;          /* nodes recorded before it (recording order) */
+  bool plain_op;         /* recorded by a functional op's own handler (so a
+                            replay can match the same call: replay.c) */
   bool costly;           /* computing it runs a matmul: a small value
                             the program holds is stored, not recomputed */
   int slot;              /* index in the region being realized */
   bool binds;            /* the region being realized writes it back to a
                             target that then holds its value (region.c) */
   bool reads;            /* memo of the closure's walk at epoch `mark` */
+  trace_edge in[3];      /* last: an op's attributes above share its first
+                            cache lines (a replay matches and sets them) */
 };
 
 /* A region being realized: its nodes in topological order, its inputs
@@ -87,7 +91,11 @@ typedef void (*trace_compile_fn)(const trace_region *r, cache_entry *e);
 /* Run a plan: write every output's value into r->result[i] (new
 ** references) or, for write-backs, into r->dest[i]. 0 or -1. */
 typedef int (*trace_run_fn)(void *plan, trace_region *r);
-void trace_set_compiler(trace_compile_fn compile, trace_run_fn run);
+/* Does plan run a region from its nodes' attributes alone (op, dtype,
+** shape, scalars), never walking its edges? Then a replay can run it. */
+typedef bool (*trace_graphless_fn)(const void *plan);
+void trace_set_compiler(trace_compile_fn compile, trace_run_fn run,
+                        trace_graphless_fn graphless);
 void trace_table_lock(void);
 void trace_table_unlock(void);
 /* Install fusion + the CPU JIT as the compile hook (done by trace_init,
@@ -114,5 +122,7 @@ void trace_init(void);
 
 /* Node count of the live graph (tests). */
 int trace_live_nodes(void);
+/* Regions realized by op-level replay (replay.c) so far (tests). */
+uint64_t trace_replay_count(void);
 
 #endif

@@ -40,6 +40,7 @@ typedef struct {
   uint64_t realizations;    /* regions realized on this thread */
   trace_node *free_nodes;   /* recycled nodes, linked through handles */
   int nfree;
+  uint64_t recorded;        /* nodes recorded so far (their seq) */
 } trace_state;
 
 extern trace_state trace_g;
@@ -66,6 +67,18 @@ static inline uint64_t trace_hash_word(uint64_t h, uint64_t v)
   return (uint64_t)p ^ (uint64_t)(p >> 64);
 }
 
+/* Recording (record.c). */
+trace_node *trace_node_alloc(void);   /* uninitialized; NULL, error set */
+void trace_node_init(trace_node *n, const eager_call *c, tc_op op, int skip,
+                     int device);
+void trace_node_seal(trace_node *n, int skip);
+/* A leaf edge's reference to t: the edges to one tensor share one. */
+tc_tensor *trace_leaf_ref(tc_tensor *t);
+void trace_leaf_unref(tc_tensor *t);
+tc_tensor *trace_handle_make(trace_node *n, const tensor_geom *g);
+void trace_handle_fill(tc_tensor *h, trace_node *n, const tensor_geom *g);
+void trace_handle_link(trace_node *n, tc_tensor *h);
+void trace_handle_bind(tc_tensor *h, tc_tensor *v);
 void trace_node_retain(trace_node *n);
 /* The structure hash a leaf edge of a tensor of ndim dims contributes. */
 uint64_t trace_leaf_hash(int ndim);
@@ -106,5 +119,27 @@ int trace_realize_all(void);
 /* Before a raw pointer to t's storage is handed out: compute every lazy
 ** value and pending write that reads or writes that storage. */
 int trace_expose(tc_tensor *t);
+
+/* Op-level replay (replay.c), under the trace lock. A region run compiled
+** is offered as a tape (r NULL: the region realized had no plan; nreq:
+** the values asked for); the ops that follow are matched against the tape
+** armed, without graph nodes, and a read of its result runs the plan. */
+void trace_replay_offer(const trace_region *r, int nreq);
+/* Op c replayed? Then *out is its handle (NULL: failed, error set). When
+** not, any run in flight has been left: record c. */
+bool trace_replay_op(const eager_call *c, tc_tensor **out);
+/* t realized by replay (*rc its status)? When not, any run in flight has
+** been left: realize t as recorded. */
+bool trace_replay_realize(tc_tensor *t, int *rc);
+/* A replayed op's handle died (t->lazy_replay). */
+void trace_replay_release(tc_tensor *t);
+/* Leave the run in flight, if any: its ops become the graph nodes that
+** recording would have made. Every trace entry that is not one of the
+** above calls it first. */
+void trace_replay_leave(void);
+/* region.c: run region r of a replay with its entry's compiled plan (0),
+** or 1 when its entry has no plan that runs without the graph, or -1 when
+** the plan failed (error set). */
+int trace_region_replay(trace_region *r);
 
 #endif

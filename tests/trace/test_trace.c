@@ -434,7 +434,7 @@ static void test_trace_compile_failure_falls_back(void **state)
   tc_compile_set(false);
   double want = loop_body(x, w);
   tc_compile_set(true);
-  trace_set_compiler(failing_compiler, never_run);
+  trace_set_compiler(failing_compiler, never_run, NULL);
   log_begin();
   for (int i = 0; i < 10; i++)
     assert_true(loop_body(x, w) == want);
