@@ -34,14 +34,15 @@
 #include "trace_int.h"
 
 static atomic_int futex_word;     /* 0 free, 1 held, 2 held with waiters */
-static atomic_uint bias_owner;    /* the owner's thread id; 0 none yet */
-static atomic_int bias_held;      /* the owner holds it through the bias */
-static atomic_int bias_revoked;   /* 1: no bias, ever again */
 static atomic_uint next_thread_id = 1;
 
-static _Thread_local int lock_depth;
-static _Thread_local bool by_bias;       /* this hold is the bias's */
-static _Thread_local unsigned self_id;   /* 0 until the first slow path */
+trace_lock_bias trace_bias;
+_Thread_local trace_lock_thread trace_lock_me;
+
+#define bias_owner trace_bias.owner
+#define bias_held trace_bias.held
+#define bias_revoked trace_bias.revoked
+#define self_id trace_lock_me.self_id
 
 static long membarrier(int cmd)
 {
@@ -98,7 +99,7 @@ static void lock_slow(void)
     self_id = atomic_fetch_add_explicit(&next_thread_id, 1,
                                         memory_order_relaxed);
   futex_lock();
-  by_bias = false;
+  trace_lock_me.by_bias = false;
   if (atomic_load_explicit(&bias_revoked, memory_order_relaxed))
     return;
   unsigned owner = atomic_load_explicit(&bias_owner, memory_order_relaxed);
@@ -108,35 +109,16 @@ static void lock_slow(void)
     bias_revoke();
 }
 
-void trace_lock(void)
+void trace_lock_slow(void)
 {
-  if (lock_depth++ > 0)
-    return;
   if (self_id &&
-      atomic_load_explicit(&bias_owner, memory_order_relaxed) == self_id) {
-    atomic_store_explicit(&bias_held, 1, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    if (!atomic_load_explicit(&bias_revoked, memory_order_relaxed)) {
-      atomic_signal_fence(memory_order_seq_cst);   /* the section stays after */
-      by_bias = true;
-      return;
-    }
-    atomic_store_explicit(&bias_held, 0, memory_order_release);
-  }
+      atomic_load_explicit(&bias_owner, memory_order_relaxed) == self_id)
+    atomic_store_explicit(&bias_held, 0, memory_order_release);   /* the
+                                                       bias was revoked */
   lock_slow();
 }
 
-void trace_unlock(void)
-{
-  if (--lock_depth > 0)
-    return;
-  if (by_bias) {
-    by_bias = false;
-    atomic_store_explicit(&bias_held, 0, memory_order_release);
-    return;
-  }
-  futex_unlock();
-}
+void trace_unlock_slow(void) { futex_unlock(); }
 
 /* A forked child has one thread: a bias held by another is gone with it. */
 static void atfork_child(void)

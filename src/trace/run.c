@@ -196,6 +196,16 @@ static int run_extern(const trace_region *r, const fuse_plan *p,
   return rc;
 }
 
+/* Does an output after o read the same value as o? */
+static bool later_output(const fuse_plan *p, const trace_region *r, int o)
+{
+  for (int q = o + 1; q < r->noutputs; q++)
+    if (p->out_ref[q].kind == p->out_ref[o].kind &&
+        p->out_ref[q].index == p->out_ref[o].index)
+      return true;
+  return false;
+}
+
 /* Run plan p (its layouts: sizes, strides, temps, bindings) with the
 ** kernels compiled for `code` (p itself, or for a shape-dynamic plan the
 ** plan first compiled). */
@@ -244,6 +254,9 @@ static int run_plan_with(const fuse_plan *p, const fuse_plan *code,
     tc_tensor *v = ref_tensor(r, p, &rs, ref);
     if (!v)
       rc = -1;
+    else if (ref.kind == FREF_OUTPUT && !later_output(p, r, o))
+      rs.out[ref.index] = NULL, r->result[o] = v;   /* its last use: the
+                                                      reference moves */
     else
       r->result[o] = tensor_ref(v);
   }

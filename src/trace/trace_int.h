@@ -5,6 +5,8 @@
 #ifndef TC_TRACE_INT_H
 #define TC_TRACE_INT_H
 
+#include <stdatomic.h>
+
 #include "trace.h"
 #include "../eager/eager_cuda.h"
 
@@ -48,9 +50,57 @@ extern trace_state trace_g;
 /* The trace lock: held by every TRACE handler and hook while it reads or
 ** changes the graph, nodes, lazy handles or pending writes. Reentrant on
 ** one thread (a realization may release handles or realize again). */
-void trace_lock(void);
-void trace_unlock(void);
 void trace_lock_init(void);   /* once, before the first trace_lock */
+
+/* The lock's state (lock.c), read by its fast paths inline: they run
+** twice per traced op, so they are not calls. */
+typedef struct {
+  atomic_uint owner;     /* the bias owner's thread id; 0 none yet */
+  atomic_int held;       /* the owner holds it through the bias */
+  atomic_int revoked;    /* 1: no bias, ever again */
+} trace_lock_bias;
+typedef struct {
+  int depth;             /* reentrant holds */
+  bool by_bias;          /* this hold is the bias's */
+  unsigned self_id;      /* 0 until the first slow path */
+} trace_lock_thread;
+extern trace_lock_bias trace_bias;
+extern _Thread_local trace_lock_thread trace_lock_me;
+void trace_lock_slow(void);
+void trace_unlock_slow(void);
+
+static inline void trace_lock(void)
+{
+  trace_lock_thread *me = &trace_lock_me;
+  if (me->depth++ > 0)
+    return;
+  if (me->self_id && atomic_load_explicit(&trace_bias.owner,
+                                          memory_order_relaxed) ==
+                     me->self_id) {
+    atomic_store_explicit(&trace_bias.held, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);   /* (lock.c: why) */
+    if (!atomic_load_explicit(&trace_bias.revoked, memory_order_relaxed)) {
+      atomic_signal_fence(memory_order_seq_cst);   /* the section stays
+                                                      after */
+      me->by_bias = true;
+      return;
+    }
+  }
+  trace_lock_slow();
+}
+
+static inline void trace_unlock(void)
+{
+  trace_lock_thread *me = &trace_lock_me;
+  if (--me->depth > 0)
+    return;
+  if (me->by_bias) {
+    me->by_bias = false;
+    atomic_store_explicit(&trace_bias.held, 0, memory_order_release);
+    return;
+  }
+  trace_unlock_slow();
+}
 
 /* One word into a structure hash: the 128-bit product of (state ^ word) and
 ** an odd constant, folded to 64 bits (foldhash's folded multiply). Each
