@@ -51,15 +51,9 @@ static tc_tensor *pointwise(const char *fn, tc_op op, int nin,
   call_init(&c, fn, op, nin, in);
   c.s[0] = s0;
   c.s[1] = s1;
-  if (tensor_broadcast(fn, nin, (const tc_tensor *const *)in, &c.ndim,
-                       c.shape) < 0)
+  if (tensor_infer_pointwise(fn, op, nin, (const tc_tensor *const *)in, c.s,
+                             &c.ndim, c.shape, &c.dtype, &c.cdtype) < 0)
     return NULL;
-  c.dtype = tensor_result_dtype(fn, op, nin, (const tc_tensor *const *)in,
-                                c.s);
-  if (c.dtype == TC_DTYPE__MAX)
-    return NULL;
-  c.cdtype = tensor_compute_dtype(op, nin, (const tc_tensor *const *)in,
-                                  c.s, c.dtype);
   return handed_out(eager_dispatch(&c));
 }
 

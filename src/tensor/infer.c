@@ -95,10 +95,9 @@ static tc_dtype promoted(tc_op op, int n, const tc_tensor *const *ts,
   return dt;
 }
 
-tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
-                             const tc_tensor *const *ts, const double *s)
+/* The result dtype of op under its type rule, its inputs promoted to dt. */
+static tc_dtype rule_dtype(const char *fn, tc_op op, tc_dtype dt)
 {
-  tc_dtype dt = promoted(op, n, ts, s);
   switch ((type_rule)op_table[op].type) {
   case TR_SAME:
     return dt;
@@ -126,13 +125,61 @@ tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
   return TC_DTYPE__MAX;
 }
 
+tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
+                             const tc_tensor *const *ts, const double *s)
+{
+  return rule_dtype(fn, op, promoted(op, n, ts, s));
+}
+
 /* The dtype a pointwise op computes in: its result dtype, except that
 ** comparisons compute in the promoted input dtype; f32 for the storage
 ** types. */
+static tc_dtype compute_dtype(tc_op op, tc_dtype promoted_dt, tc_dtype result)
+{
+  return tensor_compute_of(op_table[op].type == TR_CMP ? promoted_dt : result);
+}
+
 tc_dtype tensor_compute_dtype(tc_op op, int n, const tc_tensor *const *ts,
                               const double *s, tc_dtype result)
 {
-  if (op_table[op].type == TR_CMP)
-    return tensor_compute_of(promoted(op, n, ts, s));
-  return tensor_compute_of(result);
+  return compute_dtype(op, op_table[op].type == TR_CMP
+                           ? promoted(op, n, ts, s) : result, result);
+}
+
+/* Do the inputs share one float dtype and one shape? Then broadcasting and
+** promotion are the identity (a scalar leaves a float dtype as it is):
+** most calls, answered with one pass. WHERE's condition takes no part in
+** promotion, so it takes the general path. */
+static bool uniform_float(tc_op op, int n, const tc_tensor *const *ts)
+{
+  if (n == 0 || op == TC_OP_WHERE ||
+      !tensor_dtype_is_float((tc_dtype)ts[0]->dtype))
+    return false;
+  for (int i = 1; i < n; i++)
+    if (ts[i]->dtype != ts[0]->dtype)
+      return false;
+  return same_shapes(n, ts);
+}
+
+int tensor_infer_pointwise(const char *fn, tc_op op, int n,
+                           const tc_tensor *const *ts, const double *s,
+                           int *ndim, int64_t *shape, tc_dtype *dtype,
+                           tc_dtype *cdtype)
+{
+  tc_dtype dt;
+  if (uniform_float(op, n, ts)) {
+    for (int d = 0; d < ts[0]->ndim; d++)
+      shape[d] = ts[0]->shape[d];
+    *ndim = ts[0]->ndim;
+    dt = (tc_dtype)ts[0]->dtype;
+  } else {
+    if (tensor_broadcast(fn, n, ts, ndim, shape) < 0)
+      return -1;
+    dt = promoted(op, n, ts, s);
+  }
+  *dtype = rule_dtype(fn, op, dt);
+  if (*dtype == TC_DTYPE__MAX)
+    return -1;
+  *cdtype = compute_dtype(op, dt, *dtype);
+  return 0;
 }

@@ -418,6 +418,13 @@ tc_dtype tensor_result_dtype(const char *fn, tc_op op, int n,
 /* The dtype a pointwise op computes in (comparisons: the promoted inputs). */
 tc_dtype tensor_compute_dtype(tc_op op, int n, const tc_tensor *const *ts,
                               const double *s, tc_dtype result);
+/* The three above for a pointwise op's call, in one pass when its inputs
+** share a float dtype and a shape (most calls): 0, or -1 with the error
+** set. */
+int tensor_infer_pointwise(const char *fn, tc_op op, int n,
+                           const tc_tensor *const *ts, const double *s,
+                           int *ndim, int64_t *shape, tc_dtype *dtype,
+                           tc_dtype *cdtype);
 
 /* -- Geometry of views (view.c): pure functions, used by eager and trace -- */
 

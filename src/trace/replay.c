@@ -39,13 +39,25 @@ typedef struct {
 /* An op as the tape matches it, in recording order: what a call must
 ** equal (the shape is its template node's). */
 typedef struct {
-  uint16_t op;
-  uint8_t dtype, cdtype, ndim, nin;
-  bool keepdim;
-  int16_t slot;          /* its region slot (template node) */
+  uint64_t key;          /* op_key of its attributes */
   int dim;
+  int16_t slot;          /* its region slot */
+  trace_node *node;      /* its template node */
   tape_edge in[3];
+  tc_tensor *const *want[3];   /* where the tensor each input must be is
+                                  kept, once bound or made (no_tensor: no
+                                  input) */
 } tape_op;
+
+static tc_tensor *const no_tensor = NULL;
+
+/* An op's attributes in one word: op, dtypes, rank, inputs, keepdim. */
+static inline uint64_t op_key(unsigned op, unsigned dtype, unsigned cdtype,
+                              unsigned ndim, unsigned nin, bool keepdim)
+{
+  return op | (uint64_t)dtype << 16 | (uint64_t)cdtype << 24 |
+         (uint64_t)ndim << 32 | (uint64_t)nin << 40 | (uint64_t)keepdim << 48;
+}
 
 typedef struct {
   uint64_t hash;         /* the region's structure hash; 0: a free entry */
@@ -269,12 +281,18 @@ static int tape_make(tape *t, const trace_region *r, int16_t *order)
   for (int o = 0; o < r->noutputs; o++)
     t->outputs[o] = &t->nodes[r->outputs[o]->slot];
   for (int p = 0; p < r->nnodes; p++) {
-    const trace_node *m = &t->nodes[order[p]];
+    trace_node *m = &t->nodes[order[p]];
     tape_op *op = &t->ops[p];
-    *op = (tape_op){ .op = m->op, .dtype = m->dtype, .cdtype = m->cdtype,
-                     .ndim = (uint8_t)m->ndim, .nin = (uint8_t)m->nin,
-                     .keepdim = m->keepdim, .slot = order[p], .dim = m->dim };
+    *op = (tape_op){ .key = op_key(m->op, m->dtype, m->cdtype,
+                                   (unsigned)m->ndim, (unsigned)m->nin,
+                                   m->keepdim),
+                     .dim = m->dim, .slot = order[p], .node = m };
     memcpy(op->in, t->edge[order[p]], sizeof op->in);
+    for (int k = 0; k < 3; k++)
+      op->want[k] = k >= m->nin ? &no_tensor
+                    : op->in[k].kind == TAPE_SLOT ? &t->handle[op->in[k].at]
+                    : op->in[k].kind == TAPE_INPUT ? &t->inputs[op->in[k].at]
+                                                   : &no_tensor;
   }
   for (int i = 0; i < r->nnodes; i++) {
     trace_handle_fill(&t->image[i], &t->nodes[i], NULL);
@@ -481,16 +499,14 @@ static bool op_fits(tape *t, int p, const eager_call *c, int *newly,
   const tape_op *op = &t->ops[p];
   const tape_edge *edge = op->in;
   *nnew = 0;
-  if (c->op != op->op || c->dtype != op->dtype || c->cdtype != op->cdtype ||
-      c->ndim != op->ndim || c->nin != op->nin || c->dim != op->dim ||
-      c->keepdim != op->keepdim)   /* (a functional op has no dst) */
-    return false;
-  const int64_t *shape = t->nodes[op->slot].shape;
-  for (int d = 0; d < op->ndim; d++)
-    if (c->shape[d] != shape[d])
+  if (op_key(c->op, c->dtype, c->cdtype, (unsigned)c->ndim, (unsigned)c->nin,
+             c->keepdim) != op->key || c->dim != op->dim)
+    return false;   /* (a functional op has no dst) */
+  for (int d = 0; d < c->ndim; d++)
+    if (c->shape[d] != op->node->shape[d])
       return false;
   bool ok = true;
-  for (int k = 0; k < op->nin && ok; k++) {
+  for (int k = 0; k < c->nin && ok; k++) {
     const tc_tensor *x = c->in[k];
     switch (edge[k].kind) {
     case TAPE_NONE:
@@ -515,6 +531,19 @@ static bool op_fits(tape *t, int p, const eager_call *c, int *newly,
   return ok;
 }
 
+/* Is call c op, reading only tensors already bound or made? The common
+** case, tested without a branch per field and input. */
+static inline bool op_same(const tape_op *op, const eager_call *c)
+{
+  bool bad = (op_key(c->op, c->dtype, c->cdtype, (unsigned)c->ndim,
+                     (unsigned)c->nin, c->keepdim) != op->key) |
+             (c->dim != op->dim) | (c->in[0] != *op->want[0]) |
+             (c->in[1] != *op->want[1]) | (c->in[2] != *op->want[2]);
+  for (int d = 0; d < c->ndim && d < TC_MAX_DIMS; d++)
+    bad |= c->shape[d] != op->node->shape[d];
+  return !bad;
+}
+
 bool trace_replay_op(const eager_call *c, tc_tensor **out)
 {
   if (rp.run && rp.done)   /* handles of the last run still lazy */
@@ -522,22 +551,25 @@ bool trace_replay_op(const eager_call *c, tc_tensor **out)
   tape *t = rp.armed;
   if (!t)
     return false;
-  int newly[3], nnew;
+  int newly[3], nnew = 0;
   if (!rp.run) {   /* a run starts with the tape's first op, or not at all */
     if (!op_fits(t, 0, c, newly, &nnew))
       return false;
-    for (int i = 0; i < nnew; i++)
-      t->inputs[newly[i]] = NULL;
-    if (!run_start(t))
+    if (!run_start(t)) {
+      for (int i = 0; i < nnew; i++)
+        t->inputs[newly[i]] = NULL;
       return false;
-  }
-  TC_ASSERT(rp.run == t, "replay: a run of another tape");
-  if (rp.pos == t->nnodes || !op_fits(t, rp.pos, c, newly, &nnew)) {
+    }
+  } else if (rp.pos == t->nnodes ||
+             (!op_same(&t->ops[rp.pos], c) &&
+              !op_fits(t, rp.pos, c, newly, &nnew))) {
     trace_replay_leave();
     return false;
   }
-  int slot = t->order[rp.pos];
-  trace_node *m = &t->nodes[slot];
+  TC_ASSERT(rp.run == t, "replay: a run of another tape");
+  const tape_op *op = &t->ops[rp.pos];
+  int slot = op->slot;
+  trace_node *m = op->node;
   tc_tensor *h = tensor_handle_alloc();
   if (!h) {
     tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
