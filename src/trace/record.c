@@ -211,19 +211,8 @@ static void handle_unlink(trace_node *n, tc_tensor *h)
     held_remove(n);
 }
 
-/* A lazy handle over node n with geometry g (NULL: n's contiguous shape),
-** not yet in n's list. */
-tc_tensor *trace_handle_make(trace_node *n, const tensor_geom *g)
-{
-  tc_tensor *h = tensor_handle_alloc();
-  if (!h) {
-    tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
-    return NULL;
-  }
-  trace_handle_fill(h, n, g);
-  return h;
-}
-
+/* Handle h (raw memory) made a lazy handle over node n with geometry g
+** (NULL: n's contiguous shape), not in n's list. */
 void trace_handle_fill(tc_tensor *h, trace_node *n, const tensor_geom *g)
 {
   int ndim = g ? g->ndim : n->ndim;
@@ -263,9 +252,13 @@ void trace_handle_fill(tc_tensor *h, trace_node *n, const tensor_geom *g)
 
 tc_tensor *trace_handle_new(trace_node *n, const tensor_geom *g)
 {
-  tc_tensor *h = trace_handle_make(n, g);
-  if (h)
-    trace_handle_link(n, h);
+  tc_tensor *h = tensor_handle_alloc();
+  if (!h) {
+    tc_seterr(TC_E_NOMEM, "out of memory allocating a tensor handle");
+    return NULL;
+  }
+  trace_handle_fill(h, n, g);
+  trace_handle_link(n, h);
   return h;
 }
 

@@ -125,7 +125,6 @@ void trace_node_seal(trace_node *n, int skip);
 /* A leaf edge's reference to t: the edges to one tensor share one. */
 tc_tensor *trace_leaf_ref(tc_tensor *t);
 void trace_leaf_unref(tc_tensor *t);
-tc_tensor *trace_handle_make(trace_node *n, const tensor_geom *g);
 void trace_handle_fill(tc_tensor *h, trace_node *n, const tensor_geom *g);
 void trace_handle_link(trace_node *n, tc_tensor *h);
 void trace_handle_bind(tc_tensor *h, tc_tensor *v);
