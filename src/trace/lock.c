@@ -39,11 +39,6 @@ static atomic_uint next_thread_id = 1;
 trace_lock_bias trace_bias;
 _Thread_local trace_lock_thread trace_lock_me;
 
-#define bias_owner trace_bias.owner
-#define bias_held trace_bias.held
-#define bias_revoked trace_bias.revoked
-#define self_id trace_lock_me.self_id
-
 static long membarrier(int cmd)
 {
   return syscall(__NR_membarrier, cmd, 0, 0);
@@ -78,7 +73,7 @@ static void futex_unlock(void)
 /* Under the futex: end the bias for good, once the owner has left. */
 static void bias_revoke(void)
 {
-  atomic_store(&bias_revoked, 1);
+  atomic_store(&trace_bias.revoked, 1);
   /* The expedited barrier needs the process registered (trace_lock_init);
   ** after a fork without exec it may not be: the global one always works,
   ** slower (it waits for a grace period). */
@@ -86,7 +81,7 @@ static void bias_revoke(void)
       membarrier(MEMBARRIER_CMD_GLOBAL) != 0)
     tensor_log(TC_LOG_ERROR, "trace lock: membarrier failed revoking the "
                "bias");   /* not reached: init checked both commands */
-  while (atomic_load_explicit(&bias_held, memory_order_acquire))
+  while (atomic_load_explicit(&trace_bias.held, memory_order_acquire))
     sched_yield();   /* the owner is inside a critical section: not long */
   if (tensor_log_on(TC_LOG_REGIONS))
     tensor_log(TC_LOG_REGIONS, "trace lock: a second thread traces; the "
@@ -95,25 +90,28 @@ static void bias_revoke(void)
 
 static void lock_slow(void)
 {
-  if (!self_id)
-    self_id = atomic_fetch_add_explicit(&next_thread_id, 1,
-                                        memory_order_relaxed);
+  trace_lock_thread *me = &trace_lock_me;
+  if (!me->self_id)
+    me->self_id = atomic_fetch_add_explicit(&next_thread_id, 1,
+                                            memory_order_relaxed);
   futex_lock();
-  trace_lock_me.by_bias = false;
-  if (atomic_load_explicit(&bias_revoked, memory_order_relaxed))
+  me->by_bias = false;
+  if (atomic_load_explicit(&trace_bias.revoked, memory_order_relaxed))
     return;
-  unsigned owner = atomic_load_explicit(&bias_owner, memory_order_relaxed);
+  unsigned owner = atomic_load_explicit(&trace_bias.owner,
+                                        memory_order_relaxed);
   if (owner == 0)   /* the first thread: biased to it from its next take */
-    atomic_store_explicit(&bias_owner, self_id, memory_order_relaxed);
-  else if (owner != self_id)
+    atomic_store_explicit(&trace_bias.owner, me->self_id,
+                          memory_order_relaxed);
+  else if (owner != me->self_id)
     bias_revoke();
 }
 
 void trace_lock_slow(void)
 {
-  if (self_id &&
-      atomic_load_explicit(&bias_owner, memory_order_relaxed) == self_id)
-    atomic_store_explicit(&bias_held, 0, memory_order_release);   /* the
+  unsigned id = trace_lock_me.self_id;
+  if (id && atomic_load_explicit(&trace_bias.owner, memory_order_relaxed) == id)
+    atomic_store_explicit(&trace_bias.held, 0, memory_order_release);   /* the
                                                        bias was revoked */
   lock_slow();
 }
@@ -123,9 +121,10 @@ void trace_unlock_slow(void) { futex_unlock(); }
 /* A forked child has one thread: a bias held by another is gone with it. */
 static void atfork_child(void)
 {
-  if (atomic_load(&bias_owner) != self_id || !self_id) {
-    atomic_store(&bias_held, 0);
-    atomic_store(&bias_revoked, 1);
+  unsigned id = trace_lock_me.self_id;
+  if (atomic_load(&trace_bias.owner) != id || !id) {
+    atomic_store(&trace_bias.held, 0);
+    atomic_store(&trace_bias.revoked, 1);
   }
 }
 
@@ -136,6 +135,6 @@ void trace_lock_init(void)
             (cmds & MEMBARRIER_CMD_GLOBAL) &&
             membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
   if (!ok)
-    atomic_store(&bias_revoked, 1);   /* the futex alone */
+    atomic_store(&trace_bias.revoked, 1);   /* the futex alone */
   pthread_atfork(NULL, NULL, atfork_child);
 }

@@ -644,6 +644,24 @@ static int realize(reqs *q, bool read)
   return rc;
 }
 
+/* A region's steps run their kernels directly: ops they make are not
+** traced. Returns the keys to restore. */
+static eager_tls_keys untraced(void)
+{
+  eager_tls_keys saved = eager_tls_get();
+  eager_tls_set((eager_tls_keys){ saved.include,
+                                  saved.exclude | TC_KEYSET(TC_KEY_TRACE) });
+  return saved;
+}
+
+/* Count a successful run of entry e's plan. */
+static void count_compiled_run(cache_entry *e)
+{
+  e->runs_compiled++;
+  eager_count(ST_REGIONS_COMPILED);
+  eager_note_compiled_run();
+}
+
 /* Entry e's compiled plan, or NULL while it has none (under table_lock). */
 static void *ready_plan(const cache_entry *e)
 {
@@ -678,9 +696,7 @@ static int realize_one_device(reqs *q, bool read)
   /* Keep the outputs alive while handles and writes are rebound. */
   for (int i = 0; i < r->noutputs; i++)
     trace_node_retain(r->outputs[i]);
-  eager_tls_keys saved = eager_tls_get();
-  eager_tls_set((eager_tls_keys){ saved.include,
-                                  saved.exclude | TC_KEYSET(TC_KEY_TRACE) });
+  eager_tls_keys saved = untraced();
   bool hot;
   pthread_mutex_lock(&table_lock);
   cache_entry *e = lookup(r, &hot);
@@ -699,9 +715,7 @@ static int realize_one_device(reqs *q, bool read)
   if (plan && run_hook) {
     rc = run_hook(plan, r);
     if (rc == 0) {
-      e->runs_compiled++;
-      eager_count(ST_REGIONS_COMPILED);
-      eager_note_compiled_run();
+      count_compiled_run(e);
       replayable = graphless_hook && graphless_hook(plan);
     }
   }
@@ -739,19 +753,15 @@ int trace_region_replay(trace_region *r)
   pthread_mutex_unlock(&table_lock);
   if (!plan)
     return 1;
-  eager_tls_keys saved = eager_tls_get();
-  eager_tls_set((eager_tls_keys){ saved.include,
-                                  saved.exclude | TC_KEYSET(TC_KEY_TRACE) });
+  eager_tls_keys saved = untraced();
   int rc = run_hook(plan, r);
   eager_tls_set(saved);
   if (rc != 0)
     return -1;
   trace_g.realizations++;
-  e->runs_compiled++;
   eager_count(ST_REGIONS);
   eager_note_region();
-  eager_count(ST_REGIONS_COMPILED);
-  eager_note_compiled_run();
+  count_compiled_run(e);
   return 0;
 }
 

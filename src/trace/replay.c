@@ -73,7 +73,6 @@ typedef struct {
   tape_op *ops;          /* in recording order */
   tc_tensor *image;      /* per slot: the handle a replayed op returns, as
                             it is made (copied: no field computed) */
-  tape_edge (*edge)[3];  /* per slot */
   bool *held;            /* per slot: the program held it when realized */
   trace_node **outputs;  /* the region's outputs (templates) */
   tc_tensor **dest;      /* noutputs NULLs: no write-backs */
@@ -133,7 +132,6 @@ static void tape_clear(tape *t)
   free(t->pos_of);
   free(t->ops);
   free(t->image);
-  free(t->edge);
   free(t->held);
   free(t->outputs);
   free(t->dest);
@@ -226,7 +224,6 @@ static int tape_make(tape *t, const trace_region *r, int16_t *order)
   size_t n = (size_t)r->nnodes, no = (size_t)r->noutputs;
   t->nodes = calloc(n, sizeof *t->nodes);
   t->node_at = calloc(n, sizeof *t->node_at);
-  t->edge = calloc(n, sizeof *t->edge);
   t->held = calloc(n, sizeof *t->held);
   t->outputs = calloc(no, sizeof *t->outputs);
   t->dest = calloc(no, sizeof *t->dest);
@@ -240,7 +237,7 @@ static int tape_make(tape *t, const trace_region *r, int16_t *order)
   t->ops = calloc(n, sizeof *t->ops);
   t->image = calloc(n, sizeof *t->image);
   t->order = order;
-  if (!t->nodes || !t->node_at || !t->edge || !t->held || !t->outputs ||
+  if (!t->nodes || !t->node_at || !t->held || !t->outputs ||
       !t->dest || !t->result || !t->handle || !t->value || !t->inputs ||
       !t->spare || !t->pos_of || !t->ops || !t->image || !t->input_kind)
     return -1;
@@ -269,13 +266,14 @@ static int tape_make(tape *t, const trace_region *r, int16_t *order)
     m->slot = i;
     t->node_at[i] = m;
     t->held[i] = src->handles != NULL;
+    tape_edge *in = t->ops[t->pos_of[i]].in;
     for (int k = 0; k < src->nin; k++) {
       const trace_edge *e = &src->in[k];
       m->in[k] = (trace_edge){ 0 };
-      t->edge[i][k] = e->node ? (tape_edge){ TAPE_SLOT, (int16_t)e->node->slot }
-                    : e->leaf ? (tape_edge){ TAPE_INPUT,
-                                             (int16_t)input_index(r, e->leaf) }
-                              : (tape_edge){ TAPE_NONE, 0 };
+      in[k] = e->node ? (tape_edge){ TAPE_SLOT, (int16_t)e->node->slot }
+              : e->leaf ? (tape_edge){ TAPE_INPUT,
+                                       (int16_t)input_index(r, e->leaf) }
+                        : (tape_edge){ TAPE_NONE, 0 };
     }
   }
   for (int o = 0; o < r->noutputs; o++)
@@ -283,11 +281,11 @@ static int tape_make(tape *t, const trace_region *r, int16_t *order)
   for (int p = 0; p < r->nnodes; p++) {
     trace_node *m = &t->nodes[order[p]];
     tape_op *op = &t->ops[p];
-    *op = (tape_op){ .key = op_key(m->op, m->dtype, m->cdtype,
-                                   (unsigned)m->ndim, (unsigned)m->nin,
-                                   m->keepdim),
-                     .dim = m->dim, .slot = order[p], .node = m };
-    memcpy(op->in, t->edge[order[p]], sizeof op->in);
+    op->key = op_key(m->op, m->dtype, m->cdtype, (unsigned)m->ndim,
+                     (unsigned)m->nin, m->keepdim);   /* in: set above */
+    op->dim = m->dim;
+    op->slot = order[p];
+    op->node = m;
     for (int k = 0; k < 3; k++)
       op->want[k] = k >= m->nin ? &no_tensor
                     : op->in[k].kind == TAPE_SLOT ? &t->handle[op->in[k].at]
@@ -414,7 +412,7 @@ static void deoptimize(tape *t)
     n->born = rp.born;
     n->plain_op = true;
     for (int k = 0; k < m->nin; k++) {
-      tape_edge e = t->edge[slot][k];
+      tape_edge e = t->ops[p].in[k];
       if (e.kind == TAPE_SLOT) {
         n->in[k].node = real[t->pos_of[e.at]];
         trace_node_retain(n->in[k].node);
