@@ -14,6 +14,11 @@
 **   TC_RANDOM_SHRINK    failures to shrink (default 1)
 **   TC_RANDOM_SHRINK_SECONDS  time for each (default 120)
 **   TC_RANDOM_VERBOSE   1: one line per program
+**   TC_RANDOM_LOOP      compiled runs of each program (default 1), each
+**                       compared with its eager run: later runs see their
+**                       regions again, as a loop does, and replay them
+**   TC_RANDOM_INSTANCES  size assignments run per structure (default all):
+**                       fewer make more structures in the same time
 **   TC_TEST_STORE       a kernel store to use (TC_CACHE=1; tests/run-all.sh
 **                       sets one for the whole run): a second run of the
 **                       same seeds loads their kernels from it
@@ -69,6 +74,7 @@ typedef struct {
   long programs, compiled, failed, failed_seeds;
   long structures;
   uint64_t kernels, compile_failures, guard_failures;
+  uint64_t replays;         /* regions realized by op-level replay */
   long fallback_programs;   /* programs with a compile failure */
   long steps, error_steps;  /* steps run; steps that failed (eagerly) */
 } totals;
@@ -194,8 +200,21 @@ static void crash_handlers(void)
 static rp_obs obs_e[RP_MAXS], obs_c[RP_MAXS];
 static int verbose_level;
 
-/* Run instance inst eagerly, then compiled; 0 when they agree, else the
-** differing step (why/kind set). */
+/* Compiled runs of each instance (TC_RANDOM_LOOP): past the first, a
+** program's regions are seen again as a loop sees them, and replayed. */
+static int loops = 1;
+/* Size assignments run per structure (TC_RANDOM_INSTANCES; default all). */
+static int max_instances = RP_MAXINST;
+
+static int instances(uint64_t seed)
+{
+  int n = rp_instances(seed);
+  return n < max_instances ? n : max_instances;
+}
+
+/* Run instance inst eagerly, then compiled `loops` times; -1 when every
+** compiled run agrees with the eager one, else the differing step (why/kind
+** set). */
 static int run_both(const rp_prog *p, const uint8_t *on, int inst,
                     totals *t, char *why, size_t len, char *kind)
 {
@@ -203,36 +222,49 @@ static int run_both(const rp_prog *p, const uint8_t *on, int inst,
   rp_now.compiled = false;
   tc_compile_set(false);
   rp_run(p, on, inst, obs_e);
-  rp_now.compiled = true;
-  tc_compile_set(true);
-  tc_stats s0, s1;
-  tc_stats_get(&s0);
-  rp_run(p, on, inst, obs_c);
-  tc_stats_get(&s1);
-  tc_compile_set(false);
-  rp_now.compiled = false;
-  if (t) {
-    t->programs++;
-    t->compiled += s1.regions_compiled > s0.regions_compiled;
-    t->kernels += s1.kernels_compiled - s0.kernels_compiled;
-    t->compile_failures += s1.compile_failures - s0.compile_failures;
-    t->guard_failures += s1.guard_failures - s0.guard_failures;
-    t->fallback_programs += s1.compile_failures > s0.compile_failures;
-  }
   if (t)
     for (int i = 0; i < p->nsteps; i++) {
       t->steps += obs_e[i].ran;
       t->error_steps += obs_e[i].failed;
     }
-  if (verbose_level > 1)
-    printf("  instance %d: %" PRIu64 " regions, %" PRIu64 " compiled, %"
-           PRIu64 " kernels compiled, %" PRIu64 " guard failures\n", inst,
-           s1.regions - s0.regions, s1.regions_compiled - s0.regions_compiled,
-           s1.kernels_compiled - s0.kernels_compiled,
-           s1.guard_failures - s0.guard_failures);
-  int d = rp_compare(p, on, obs_e, obs_c, why, len, kind);
+  int d = -1;
+  bool compiled = false, fell_back = false;
+  for (int k = 0; k < loops && d < 0; k++) {
+    rp_now.compiled = true;
+    tc_compile_set(true);
+    tc_stats s0, s1;
+    tc_stats_get(&s0);
+    uint64_t r0 = trace_replay_count();
+    rp_run(p, on, inst, obs_c);
+    tc_stats_get(&s1);
+    tc_compile_set(false);
+    rp_now.compiled = false;
+    compiled |= s1.regions_compiled > s0.regions_compiled;
+    fell_back |= s1.compile_failures > s0.compile_failures;
+    if (t) {
+      t->kernels += s1.kernels_compiled - s0.kernels_compiled;
+      t->compile_failures += s1.compile_failures - s0.compile_failures;
+      t->guard_failures += s1.guard_failures - s0.guard_failures;
+      t->replays += trace_replay_count() - r0;
+    }
+    if (verbose_level > 1)
+      printf("  instance %d run %d: %" PRIu64 " regions, %" PRIu64
+             " compiled, %" PRIu64 " kernels compiled, %" PRIu64
+             " guard failures, %" PRIu64 " replayed\n", inst, k,
+             s1.regions - s0.regions,
+             s1.regions_compiled - s0.regions_compiled,
+             s1.kernels_compiled - s0.kernels_compiled,
+             s1.guard_failures - s0.guard_failures,
+             trace_replay_count() - r0);
+    d = rp_compare(p, on, obs_e, obs_c, why, len, kind);
+    rp_obs_free(obs_c, p->nsteps);
+  }
   rp_obs_free(obs_e, p->nsteps);
-  rp_obs_free(obs_c, p->nsteps);
+  if (t) {
+    t->programs++;
+    t->compiled += compiled;
+    t->fallback_programs += fell_back;
+  }
   return d;
 }
 
@@ -584,7 +616,8 @@ static void run_all(const config *cf, totals *t)
     ** after the last, so shrinking does not disturb the tables. */
     int fj = -1, fd = -1;
     char fwhy[512], fkind = 0;
-    for (int j = 0; j < prog.ninst; j++) {
+    int ninst = prog.ninst < max_instances ? prog.ninst : max_instances;
+    for (int j = 0; j < ninst; j++) {
       char why[512], kind = 0;
       int d = run_both(&prog, prog_on, j, t, why, sizeof why, &kind);
       if (d < 0)
@@ -622,12 +655,12 @@ static void run_all(const config *cf, totals *t)
          "(%ld seeds), %ld with compiled regions, %ld failed (%ld seeds); "
          "%" PRIu64
          " kernels compiled, %" PRIu64 " compile failures in %ld programs, "
-         "%" PRIu64 " guard failures; %ld steps, %ld op errors; "
-         "%.1f s\n",
+         "%" PRIu64 " guard failures, %" PRIu64 " replayed regions; "
+         "%ld steps, %ld op errors; %.1f s\n",
          cf->first, seed, t->programs, t->structures, t->compiled, t->failed,
          t->failed_seeds,
          t->kernels, t->compile_failures, t->fallback_programs,
-         t->guard_failures, t->steps, t->error_steps, s);
+         t->guard_failures, t->replays, t->steps, t->error_steps, s);
   fflush(stdout);
 }
 
@@ -645,6 +678,11 @@ static void test_random_programs(void **state)
   if (t.compiled < t.programs * 3 / 4)
     fail_msg("only %ld of %ld programs ran compiled regions", t.compiled,
              t.programs);
+  /* Looped, some regions must have been replayed (about one in three
+  ** programs has one). */
+  if (loops > 1 && t.programs >= 30 && t.replays == 0)
+    fail_msg("%ld programs run %d times each, and no region replayed",
+             t.programs, loops);
   if (t.failed)
     fail_msg("%ld of %ld random programs differ between eager and compiled",
              t.failed, t.programs);
@@ -671,11 +709,11 @@ static void split(long count, uint64_t seed, int jobs)
   long total = 0;
   uint64_t end = seed;
   while (total < count)
-    total += rp_instances(end++);
+    total += instances(end++);
   long per = (total + jobs - 1) / jobs, acc = 0;
   uint64_t a = seed;
   for (uint64_t s = seed; s < end; s++) {
-    acc += rp_instances(s);
+    acc += instances(s);
     if (acc >= per || s + 1 == end) {
       printf("%" PRIu64 " %" PRIu64 " %ld\n", a, s + 1, acc);
       a = s + 1;
@@ -783,6 +821,12 @@ int main(int argc, char **argv)
   cfg.shrink = (int)env_long("TC_RANDOM_SHRINK", 1);
   shrink_seconds = (double)env_long("TC_RANDOM_SHRINK_SECONDS", 120);
   cfg.verbose = env_long("TC_RANDOM_VERBOSE", 0) != 0;
+  loops = (int)env_long("TC_RANDOM_LOOP", 1);
+  if (loops < 1)
+    loops = 1;
+  max_instances = (int)env_long("TC_RANDOM_INSTANCES", RP_MAXINST);
+  if (max_instances < 1)
+    max_instances = 1;
   const char *avoid = getenv("TC_RANDOM_AVOID");
   if (avoid && strstr(avoid, "zerod"))
     rp_avoid |= RP_AVOID_ZEROD;
