@@ -2263,7 +2263,15 @@ static bool is_composite(const fuse_node *n)
 ** the caller); 0, or -1 when out of memory. */
 static int expand(const fuse_graph *g, fuse_graph *out)
 {
-  xgraph x = { .g = g };
+  /* Sized once: at most this many nodes a composite (layer_norm's 12), so
+  ** a layout derived every run copies no growing array. */
+  enum { NODES_PER_COMPOSITE = 16 };
+  xgraph x = { .g = g, .cap = g->nnodes };
+  for (int i = 0; i < g->nnodes; i++)
+    x.cap += is_composite(&g->nodes[i]) ? NODES_PER_COMPOSITE : 0;
+  x.nodes = malloc(sizeof *x.nodes * ((size_t)x.cap + 1));
+  if (!x.nodes)
+    x.cap = 0;
   int *map = malloc(sizeof *map * ((size_t)g->nnodes + 1));
   int *out_node = malloc(sizeof *out_node * ((size_t)g->noutputs + 1));
   if (!map || !out_node)

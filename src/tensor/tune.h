@@ -19,6 +19,11 @@
 /* Layouts a shape-dynamic plan keeps (trace/run.c): programs that vary a
 ** shape usually cycle through a few (batch sizes, sequence buckets). */
 #define TUNE_DYNAMIC_LAYOUTS 4
+/* ... and, apart, the layouts it had to plan again (their sizes related
+** otherwise than the recipe's: a KV length equal to the head size). One
+** costs about five derived ones, and such lengths recur with every new
+** sequence a decoder starts. */
+#define TUNE_BUILT_LAYOUTS 8
 
 /* A realization also stores the values the program holds that are at most
 ** 1/TUNE_SMALL_OUTPUT_DIV of the largest value asked for (trace/region.c):

@@ -108,7 +108,9 @@ void trace_plan_free(void *p)
   if (tp) {
     fuse_plan_free(tp->plan);
     for (int i = 0; i < TUNE_DYNAMIC_LAYOUTS; i++)
-      fuse_plan_free(tp->layouts[i].layout);
+      fuse_plan_free(tp->derived[i].layout);
+    for (int i = 0; i < TUNE_BUILT_LAYOUTS; i++)
+      fuse_plan_free(tp->built[i].layout);
   }
   free(tp);
 }

@@ -13,18 +13,21 @@
 #include "../cache/store.h"
 
 /* A shape-dynamic plan runs its kernels with the sizes and strides of a
-** plan built for each run's shapes; the last TUNE_DYNAMIC_LAYOUTS are
-** kept, by the exact shapes and strides of the region's inputs. */
+** layout made for each run's shapes (run.c: layout_of), kept by the exact
+** shapes and strides of the region's inputs: the last TUNE_DYNAMIC_LAYOUTS
+** derived ones, and apart the last TUNE_BUILT_LAYOUTS planned again. */
+typedef struct {
+  uint64_t key;          /* guard_key_of the inputs, exactly (0: empty) */
+  uint64_t used;
+  fuse_plan *layout;     /* owned */
+} trace_layout;
 
 /* A region's compiled plan, as its region table entry keeps it. */
 typedef struct {
   fuse_plan *plan;   /* owned; each kernel step holds a reference to its
                         kernel table entry */
-  struct {
-    uint64_t key;    /* guard_key_of the inputs, exactly (0: empty) */
-    uint64_t used;
-    fuse_plan *layout;   /* owned */
-  } layouts[TUNE_DYNAMIC_LAYOUTS];
+  trace_layout derived[TUNE_DYNAMIC_LAYOUTS];
+  trace_layout built[TUNE_BUILT_LAYOUTS];
   uint64_t clock;
   const bool *eager;   /* the region nodes it runs eagerly (its entry's
                           eager_nodes), or NULL */

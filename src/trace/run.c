@@ -335,29 +335,58 @@ static fuse_plan *build_layout(const fuse_graph *g)
   return g ? fuse_build(g, true, reason, sizeof reason) : NULL;
 }
 
+/* The layout of set[0..n) kept for key (its use counted), or NULL. */
+static const fuse_plan *layout_find(trace_plan *tp, trace_layout *set, int n,
+                                    uint64_t key)
+{
+  for (int i = 0; i < n; i++)
+    if (set[i].layout && set[i].key == key) {
+      set[i].used = ++tp->clock;
+      return set[i].layout;
+    }
+  return NULL;
+}
+
+/* The entry of set[0..n) used longest ago (an empty one first). */
+static trace_layout *layout_victim(trace_layout *set, int n)
+{
+  trace_layout *v = &set[0];
+  for (int i = 1; i < n; i++)
+    if (set[i].used < v->used)
+      v = &set[i];
+  return v;
+}
+
+/* Keep layout `now` for key in entry e (its old layout already gone). */
+static void layout_keep(trace_plan *tp, trace_layout *e, uint64_t key,
+                        fuse_plan *now)
+{
+  e->layout = now;
+  e->key = key;
+  e->used = ++tp->clock;
+}
+
 /* The layout of shape-dynamic plan tp for region r's shapes: the code's
 ** recipe applied to them (fuse_relayout), else a plan built for them whose
-** code is the compiled one; kept (the last TUNE_DYNAMIC_LAYOUTS), or NULL
-** when its kernels are not the compiled ones (then the region runs
+** code is the compiled one; kept (derived ones with the last
+** TUNE_DYNAMIC_LAYOUTS, built ones apart with the last TUNE_BUILT_LAYOUTS),
+** or NULL when its kernels are not the compiled ones (then the region runs
 ** eagerly). */
 static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
 {
   uint64_t key = guard_key_of(r->ninputs, (const tc_tensor *const *)r->inputs,
                               false);
-  int slot = 0;
-  for (int i = 0; i < TUNE_DYNAMIC_LAYOUTS; i++) {
-    if (tp->layouts[i].layout && tp->layouts[i].key == key) {
-      tp->layouts[i].used = ++tp->clock;
-      return tp->layouts[i].layout;
-    }
-    if (tp->layouts[i].used < tp->layouts[slot].used)
-      slot = i;
-  }
-  /* The layout in the slot is no longer wanted: this one takes its
-  ** memory. */
-  fuse_plan *now = NULL, *reuse = tp->layouts[slot].layout;
-  tp->layouts[slot].layout = NULL;
-  tp->layouts[slot].key = 0;
+  const fuse_plan *kept = layout_find(tp, tp->derived, TUNE_DYNAMIC_LAYOUTS,
+                                      key);
+  if (!kept)
+    kept = layout_find(tp, tp->built, TUNE_BUILT_LAYOUTS, key);
+  if (kept)
+    return kept;
+  /* The derived layout used longest ago is no longer wanted: this one
+  ** takes its memory. */
+  trace_layout *slot = layout_victim(tp->derived, TUNE_DYNAMIC_LAYOUTS);
+  fuse_plan *now = NULL, *reuse = slot->layout;
+  *slot = (trace_layout){ 0 };
   trace_graph gb;
   const fuse_graph *g = NULL;
   if (trace_graph_of(r, &gb) == 0) {
@@ -399,17 +428,17 @@ static const fuse_plan *layout_of(trace_plan *tp, trace_region *r)
                    (unsigned long long)r->hash);
       fuse_plan_free(now);
       now = NULL;
-    } else if (now && now->recipe) {
-      fuse_plan_adopt_recipe(tp->plan, now);   /* these shapes' relations
-                                                  may be the ones that last */
+    } else if (now) {
+      if (now->recipe)   /* these shapes' relations may be the ones that
+                            last */
+        fuse_plan_adopt_recipe(tp->plan, now);
+      slot = layout_victim(tp->built, TUNE_BUILT_LAYOUTS);
+      fuse_plan_free(slot->layout);
     }
   }
   trace_graph_free(&gb);
-  if (now) {
-    tp->layouts[slot].layout = now;
-    tp->layouts[slot].key = key;
-    tp->layouts[slot].used = ++tp->clock;
-  }
+  if (now)
+    layout_keep(tp, slot, key, now);
   return now;
 }
 
