@@ -589,6 +589,18 @@ static void decode(float (*out)[KV_D])
   tc_release(vc);
 }
 
+/* Decode compiled; every step's result must equal want's bit for bit. */
+static void decode_compiled_matches(float (*want)[KV_D])
+{
+  static float got[KV_MAX][KV_D];
+  tc_compile_set(true);
+  decode(got);
+  tc_sync();
+  for (int T = 0; T < KV_MAX; T++)
+    for (int j = 0; j < KV_D; j++)
+      assert_memory_equal(&got[T][j], &want[T][j], sizeof(float));
+}
+
 /* A KV cache that grows every step: past TC_RECOMPILE_LIMIT lengths the
 ** attention region is shape-dynamic, and each new length's sizes and
 ** strides are derived from its plan, not planned again (issue 10, item 5);
@@ -596,15 +608,10 @@ static void decode(float (*out)[KV_D])
 static void test_trace_dynamic_layouts_derived(void **state)
 {
   (void)state;
-  static float want[KV_MAX][KV_D], got[KV_MAX][KV_D];
+  static float want[KV_MAX][KV_D];
   tc_compile_set(false);
   decode(want);
-  tc_compile_set(true);
-  decode(got);
-  tc_sync();
-  for (int T = 0; T < KV_MAX; T++)
-    for (int j = 0; j < KV_D; j++)
-      assert_memory_equal(&got[T][j], &want[T][j], sizeof(float));
+  decode_compiled_matches(want);
   tc_stats s;
   tc_stats_get(&s);
   /* 40 lengths, 8 specialized: more than 30 new lengths went through a
@@ -619,11 +626,7 @@ static void test_trace_dynamic_layouts_derived(void **state)
   /* A second sequence: the layouts planned again are kept apart from the
   ** derived ones (TUNE_BUILT_LAYOUTS), so its lengths that relate sizes
   ** otherwise are not planned a second time. */
-  decode(got);
-  tc_sync();
-  for (int T = 0; T < KV_MAX; T++)
-    for (int j = 0; j < KV_D; j++)
-      assert_memory_equal(&got[T][j], &want[T][j], sizeof(float));
+  decode_compiled_matches(want);
   tc_stats again;
   tc_stats_get(&again);
   assert_int_equal(again.layouts_built, s.layouts_built);
