@@ -533,6 +533,30 @@ static tc_tensor *cuda_matmul(const eager_call *c)
   return out;
 }
 
+/* -- Joining: copies into the result's slices ------------------------------------ */
+
+/* CAT: each operand copied (converted to the result's dtype, as the CPU's
+** kernel converts) into its slice of the result along dim, in order. */
+static tc_tensor *cuda_cat(const eager_call *c)
+{
+  tc_tensor *out = tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim, c->shape);
+  int64_t at = 0;
+  for (int e = 0; e < c->nin && out; e++) {
+    tc_tensor *t = c->in[e];
+    if (!t || t->numel == 0)
+      continue;
+    tc_tensor *slice = tensor_new_view(out, t->ndim, t->shape, out->stride,
+                                       out->offset + at * out->stride[c->dim]);
+    at += t->shape[c->dim];
+    if (!slice || eager_cuda_copy_into(slice, t) < 0) {
+      tensor_unref(out);
+      out = NULL;
+    }
+    tensor_unref(slice);
+  }
+  return out;
+}
+
 /* An in-place op: its twin computed into the target. A source that
 ** overlaps the target as another view is copied first (each point must
 ** read the values from before the write). */
@@ -620,6 +644,8 @@ static tc_tensor *cuda_dispatch(const eager_call *c)
     return cuda_contiguous(c);
   case TC_OP_MATMUL:
     return cuda_matmul(c);
+  case TC_OP_CAT:
+    return cuda_cat(c);
   default:
     break;
   }

@@ -57,9 +57,10 @@ typedef struct {
   int orig;             /* the region's node it stands for (the composite,
                            for the nodes of a composite's decomposition) */
   bool eager;           /* an extern step of its own (fuse_graph.eager) */
-  bool gather;          /* TAKE read as an indexed load (KOP_GATHER) by the
-                           kernel of its user, not an extern step: set by
-                           fuse_build where that is safe (plan.c) */
+  bool gather;          /* TAKE or GATHER read as an indexed load
+                           (KOP_GATHER) by the kernel of its user, not an
+                           extern step: set by fuse_build where that is
+                           safe (plan.c) */
   fuse_scalar sc[2];    /* its scalar arguments */
 } fuse_node;
 

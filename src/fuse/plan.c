@@ -101,7 +101,7 @@ static node_kind kind_of(const fuse_node *n)
   const op_info *o = &op_table[n->op];
   if (n->eager)
     return NK_EXTERN;
-  if (n->op == TC_OP_TAKE && n->gather)
+  if (n->gather)
     return NK_PW;
   if ((o->kind == OPK_EX && n->op != TC_OP_CONTIGUOUS) ||
       n->op == TC_OP_ARGMAX || n->op == TC_OP_ARGMIN)
@@ -737,7 +737,7 @@ static bool cheap_tree(const fb *b, int n, int64_t numel, int *nodes,
 {
   const fuse_graph *g = b->g;
   const fuse_node *nd = &g->nodes[n];
-  if (kind_of(nd) != NK_PW || nd->op == TC_OP_TAKE ||
+  if (kind_of(nd) != NK_PW || nd->gather ||
       !cheap_op((tc_op)nd->op) || ++*nodes > 8)
     return false;
   for (int e = 0; e < nd->nin; e++) {
@@ -1333,11 +1333,14 @@ static int eval_edge(fb *b, const fuse_edge *e, int ndim_u,
   return eval_edge_at(b, e, &om);
 }
 
-/* -- Gathers: TAKE as an indexed load ----------------------------------------- */
+/* -- Gathers: TAKE and GATHER as indexed loads ------------------------------- */
 
-/* TAKE node n at coordinates m: the index at the point's index dims, then
-** a GATHER from a's buffer, whose other dims follow the point. */
-static int eval_take(fb *b, int n, const vmap *m)
+/* Gather node n (TAKE or GATHER) at coordinates m: the index at its
+** coordinates, then a GATHER from the table's buffer, whose other dims
+** follow the point. TAKE's result puts the index's dims in place of the
+** table's dim d; GATHER's is the index's shape, the table's dim d read at
+** the index and its other dims at the point's own coordinates. */
+static int eval_gather(fb *b, int n, const vmap *m)
 {
   const fuse_graph *g = b->g;
   const fuse_node *nd = &g->nodes[n];
@@ -1347,12 +1350,15 @@ static int eval_take(fb *b, int n, const vmap *m)
   int an, in;
   const int64_t *ashape = edge_shape(g, ea, &an);
   edge_shape(g, ei, &in);
-  int d = nd->dim, nidx = nd->ndim - (an - 1);
+  int d = nd->dim;
+  bool take = nd->op == TC_OP_TAKE;
+  int nidx = take ? nd->ndim - (an - 1) : 0;
   vmap im = { .ndim = in }, am = { .ndim = an };
   for (int j = 0; j < in; j++)
-    im.map[j] = m->map[d + j];
+    im.map[j] = m->map[take ? d + j : j];
   for (int e = 0; e < an; e++)
-    am.map[e] = e < d ? m->map[e] : e == d ? -1 : m->map[e - 1 + nidx];
+    am.map[e] = e == d ? -1 : !take || e < d ? m->map[e]
+                                            : m->map[e - 1 + nidx];
   int iv = eval_edge_at(b, ei, &im);
   fuse_ref r;
   int64_t off, vst[TC_MAX_DIMS], kst[TC_MAX_DIMS + 1];
@@ -1370,14 +1376,15 @@ static int eval_take(fb *b, int n, const vmap *m)
   return buf < 0 ? -1 : kir_gather(b->k, buf, kir_cast(b->k, TC_I64, iv));
 }
 
-/* May TAKE node c be an indexed load? Its table must be a region input
-** (so it is stored, unchanged by the region: no write-back target shares
-** its storage), and its index must have the dims it puts in the result
-** (or none, for a 0-d index). */
-static bool take_fusible(const fuse_graph *g, const fuse_node *c)
+/* May TAKE or GATHER node c be an indexed load? Its table must be a region
+** input (so it is stored, unchanged by the region: no write-back target
+** shares its storage), and a TAKE's index must have the dims it puts in
+** the result (or none, for a 0-d index; GATHER's is the result's shape). */
+static bool gather_fusible(const fuse_graph *g, const fuse_node *c)
 {
   const fuse_edge *ea = &c->in[0], *ei = &c->in[1];
-  if (c->op != TC_OP_TAKE || c->eager || ea->src >= 0)
+  if ((c->op != TC_OP_TAKE && c->op != TC_OP_GATHER) || c->eager ||
+      ea->src >= 0)
     return false;
   const tc_tensor *t = g->inputs[-ea->src - 1];
   for (int o = 0; o < g->noutputs; o++)
@@ -1387,7 +1394,8 @@ static bool take_fusible(const fuse_graph *g, const fuse_node *c)
   int an, in;
   edge_shape(g, ea, &an);
   edge_shape(g, ei, &in);
-  return in == 0 || in == c->ndim - (an - 1);
+  return c->op == TC_OP_GATHER ? in == an
+                               : in == 0 || in == c->ndim - (an - 1);
 }
 
 static int eval(fb *b, int n, const vmap *m)
@@ -1411,8 +1419,8 @@ static int eval(fb *b, int n, const vmap *m)
     if (b->rowval[n] < 0)
       return fail(b, "a reduction result is used before its pass");
     v = b->rowval[n];
-  } else if (nd->op == TC_OP_TAKE) {
-    v = eval_take(b, n, m);
+  } else if (nd->gather) {
+    v = eval_gather(b, n, m);
   } else {
     int in[3] = { -1, -1, -1 };
     for (int e = 0; e < nd->nin; e++) {
@@ -2282,7 +2290,7 @@ static int expand(const fuse_graph *g, fuse_graph *out)
       if (c.in[e].src >= 0)
         c.in[e].src = map[c.in[e].src];
     c.eager = g->eager && g->eager[i];
-    c.gather = take_fusible(g, &c);
+    c.gather = gather_fusible(g, &c);
     map[i] = is_composite(&c) && !c.eager ? decompose(&x, &c)
                                           : xappend(&x, &c);
   }

@@ -565,17 +565,23 @@ static tc_tensor *trace_eager(const eager_call *c)
   return run_now(c);
 }
 
-/* Ops that have no CUDA kernel step yet (the extern ops but matmul of f32
-** or f64 and contiguous; argmax and argmin) are not recorded on the
+/* Ops that have no CUDA kernel step yet (the extern ops but contiguous,
+** f32 or f64 matmul and the joining and indexed reads, whose CUDA
+** handlers copy and gather; argmax and argmin) are not recorded on the
 ** device: they run at the call, as eagerly, and fail there with eager's
 ** message. */
 static bool recordable_on_cuda(const eager_call *c)
 {
-  if (c->op == TC_OP_ARGMAX || c->op == TC_OP_ARGMIN)
+  switch (c->op) {
+  case TC_OP_ARGMAX: case TC_OP_ARGMIN:
     return false;
-  if (c->op == TC_OP_MATMUL)
+  case TC_OP_MATMUL:
     return c->dtype == TC_F32 || c->dtype == TC_F64;
-  return op_table[c->op].kind != OPK_EX || c->op == TC_OP_CONTIGUOUS;
+  case TC_OP_CONTIGUOUS: case TC_OP_CAT: case TC_OP_TAKE: case TC_OP_GATHER:
+    return true;
+  default:
+    return op_table[c->op].kind != OPK_EX;
+  }
 }
 
 /* A call on the device is checked as eager checks it (all its tensors on

@@ -354,6 +354,78 @@ static void test_fusion_embedding_gather(void **state)
   tc_scope_end(mark);
 }
 
+/* -- torch.gather as an indexed load ---------------------------------------- */
+
+/* in: x [6, 10] (f32), idx [6, 3] (i64, along dim 1), idx0 [4, 10] (i64,
+** along dim 0), xt base [10, 6] (f64), targets [6, 1] (i64). */
+static tc_tensor *gather_scaled(tc_tensor *const *in)
+{
+  return tc_mul_scalar(tc_gather(in[0], 1, in[1]), 2);
+}
+
+static tc_tensor *gather_rows(tc_tensor *const *in)
+{
+  return tc_add_scalar(tc_gather(in[0], 0, in[2]), 1);   /* [4, 10] of [6, 10] */
+}
+
+static tc_tensor *gather_transposed(tc_tensor *const *in)
+{
+  return tc_neg(tc_gather(tc_transpose(in[3], 0, 1), 1, in[1]));
+}
+
+static tc_tensor *gather_row_sums(tc_tensor *const *in)
+{
+  return tc_sum(tc_mul(tc_gather(in[0], 1, in[1]), in[1]), -1, false);
+}
+
+/* A negative log-likelihood as a user writes it: the table is computed in
+** the region (not an input), so that gather stays an extern step. */
+static tc_tensor *nll_by_hand(tc_tensor *const *in)
+{
+  tc_tensor *lp = tc_log_softmax(in[0], -1);
+  return tc_neg(tc_mean(tc_gather(lp, 1, in[4]), 0, false));
+}
+
+static void test_fusion_gather(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_compile_set(false);
+  int64_t iv[18] = { 0, 9, 3, 4, 4, 4, 7, 1, 0, 9, 8, 2, 5, 5, 1, 3, 0, 6 };
+  int64_t rv[40], tv[6] = { 3, 0, 9, 9, 1, 4 };
+  for (int i = 0; i < 40; i++)
+    rv[i] = (i * 7 + 3) % 6;
+  tc_tensor *in[5] = {
+    tc_randn(TC_F32, TC_SHAPE(6, 10), 11),
+    tc_from_data(TC_I64, TC_SHAPE(6, 3), iv, sizeof iv),
+    tc_from_data(TC_I64, TC_SHAPE(4, 10), rv, sizeof rv),
+    tc_randn(TC_F64, TC_SHAPE(10, 6), 12),
+    tc_from_data(TC_I64, TC_SHAPE(6, 1), tv, sizeof tv),
+  };
+  /* the gather and its pointwise users: one kernel */
+  assert_int_equal(check_prog("gather along dim 1", gather_scaled, 5, in), 1);
+  assert_int_equal(launches(gather_scaled, in), 1);
+  assert_int_equal(check_prog("gather along dim 0", gather_rows, 5, in), 1);
+  assert_int_equal(launches(gather_rows, in), 1);
+  assert_int_equal(check_prog("gather from a transposed table",
+                              gather_transposed, 5, in), 1);
+  /* inlined into a row reduction */
+  assert_int_equal(check_prog("row sums of a gather", gather_row_sums, 5,
+                              in), 1);
+  assert_int_equal(launches(gather_row_sums, in), 1);
+  check_prog("negative log-likelihood", nll_by_hand, 5, in);
+  /* more shapes than TC_RECOMPILE_LIMIT: shape-dynamic kernels */
+  for (int t = 1; t <= 12; t++) {
+    tc_tensor *v[5] = { tc_slice(in[0], 0, 0, t % 6 + 1, 1),
+                        tc_slice(in[1], 0, 0, t % 6 + 1, 1), in[2], in[3],
+                        in[4] };
+    char name[64];
+    snprintf(name, sizeof name, "gather, variant %d", t);
+    check_prog(name, gather_scaled, 5, v);
+  }
+  tc_scope_end(mark);
+}
+
 /* -- Row fusion of programs written from primitives ---------------------------- */
 
 /* Kernels launched by one more (compiled, hot) run of prog. */
@@ -1175,6 +1247,7 @@ int main(void)
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_embedding_gather, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_gather, setup, teardown),
     cmocka_unit_test_setup_teardown(test_fusion_row_stats_outputs, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_no_fallback_for_size, setup,

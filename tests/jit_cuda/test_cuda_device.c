@@ -447,6 +447,74 @@ static void test_inplace_equals_cpu(void **state)
   tc_scope_end(mark);
 }
 
+/* A tensor's CUDA copy, kept in the scope (the CPU original is kept). */
+static tc_tensor *dev(tc_tensor *t)
+{
+  tc_tensor *d = tc_to(t, "cuda");
+  if (!d)
+    fail_msg("%s", tc_last_error());
+  return d;
+}
+
+/* Hugging Face's rotary embedding of x [heads, hd] at cos, sin [1, hd/2],
+** as a Llama program writes it: the halves joined with tc_cat. */
+static tc_tensor *rope(tc_tensor *x, tc_tensor *c, tc_tensor *s)
+{
+  int64_t h2 = tc_size(x, -1) / 2;
+  tc_tensor *x1 = tc_slice(x, -1, 0, h2, 1), *x2 = tc_slice(x, -1, h2,
+                                                             2 * h2, 1);
+  tc_tensor *halves[] = { tc_sub(tc_mul(x1, c), tc_mul(x2, s)),
+                          tc_add(tc_mul(x2, c), tc_mul(x1, s)) };
+  return tc_cat(halves, 2, -1);
+}
+
+/* cat joins by copies into the result's slices, gather, embedding and
+** index_select read by indexed loads: the CPU's bits, from contiguous,
+** strided and mixed-dtype operands */
+static void test_join_and_gather_equal_cpu(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *a = randn(5, 7, 21), *b = randn(5, 3, 22);
+  tc_tensor *c64 = tc_randn(TC_F64, TC_SHAPE(5, 4), 23);
+  tc_tensor *at = tc_transpose(randn(7, 5, 24), 0, 1);   /* strided */
+  tc_tensor *da = dev(a), *db = dev(b), *dc = dev(c64);
+  tc_tensor *dat = tc_transpose(dev(tc_transpose(at, 0, 1)), 0, 1);
+  assert_same_bits(tc_cat((tc_tensor *[]){ a, b }, 2, 1),
+                   tc_cat((tc_tensor *[]){ da, db }, 2, 1));
+  assert_same_bits(tc_cat((tc_tensor *[]){ a, b, c64, at }, 4, -1),
+                   tc_cat((tc_tensor *[]){ da, db, dc, dat }, 4, -1));
+  assert_same_bits(tc_cat((tc_tensor *[]){ a, at, a }, 3, 0),
+                   tc_cat((tc_tensor *[]){ da, dat, da }, 3, 0));
+  assert_same_bits(tc_stack((tc_tensor *[]){ a, at }, 2, 1),
+                   tc_stack((tc_tensor *[]){ da, dat }, 2, 1));
+  int64_t iv[10] = { 6, 0, 2, 2, 5, 1, 0, 6, 3, 4 };
+  tc_tensor *idx = tc_from_data(TC_I64, TC_SHAPE(5, 2), iv, sizeof iv);
+  tc_tensor *didx = dev(idx);
+  assert_same_bits(tc_gather(a, 1, idx), tc_gather(da, 1, didx));
+  assert_same_bits(tc_gather(at, 1, idx), tc_gather(dat, 1, didx));
+  int64_t rv[3] = { 4, 0, 2 };
+  tc_tensor *rows = tc_from_data(TC_I64, TC_SHAPE(3), rv, sizeof rv);
+  assert_same_bits(tc_gather(a, 0, tc_expand(tc_reshape(rows, TC_SHAPE(3, 1)),
+                                             2, (int64_t[]){ 3, 7 })),
+                   tc_gather(da, 0, tc_expand(tc_reshape(dev(rows),
+                                                         TC_SHAPE(3, 1)),
+                                              2, (int64_t[]){ 3, 7 })));
+  assert_same_bits(tc_embedding(a, rows), tc_embedding(da, dev(rows)));
+  assert_same_bits(tc_index_select(a, 1, rows),
+                   tc_index_select(da, 1, dev(rows)));
+  /* a model's pieces: rotary embedding, then a negative log-likelihood */
+  tc_tensor *x = randn(6, 16, 25);
+  tc_tensor *cs = tc_rand(TC_F32, TC_SHAPE(1, 8), 26);
+  tc_tensor *sn = tc_rand(TC_F32, TC_SHAPE(1, 8), 27);
+  assert_same_bits(rope(x, cs, sn), rope(dev(x), dev(cs), dev(sn)));
+  int64_t tv[5] = { 3, 0, 6, 6, 1 };
+  tc_tensor *tg = tc_from_data(TC_I64, TC_SHAPE(5, 1), tv, sizeof tv);
+  assert_same_bits(tc_neg(tc_gather(tc_log_softmax(a, -1), 1, tg)),
+                   tc_neg(tc_gather(tc_log_softmax(da, -1), 1, dev(tg))));
+  tc_scope_end(mark);
+}
+
 static void test_mixed_devices_are_an_error(void **state)
 {
   (void)state;
@@ -555,6 +623,7 @@ int main(void)
     cmocka_unit_test(test_composites_equal_cpu),
     cmocka_unit_test(test_matmul_through_cublas),
     cmocka_unit_test(test_inplace_equals_cpu),
+    cmocka_unit_test(test_join_and_gather_equal_cpu),
     cmocka_unit_test(test_autograd_on_cuda),
     cmocka_unit_test(test_mixed_devices_are_an_error),
     cmocka_unit_test(test_externs_are_not_available_yet),
