@@ -272,6 +272,40 @@ void llama_free(llama_model *m)
   memset(m, 0, sizeof *m);
 }
 
+/* *t replaced by its copy on device. */
+static int move_to(tc_tensor **t, const char *device)
+{
+  tc_tensor *d = tc_to(*t, device);
+  if (!d)
+    return -1;
+  tc_release(*t);
+  *t = d;
+  return 0;
+}
+
+int llama_to(llama_model *m, const char *device)
+{
+  bool tied = m->lm_head == m->embed;
+  for (int l = 0; l < m->c.layers; l++) {
+    tc_tensor **w[NPARTS];
+    layer_slots(&m->l[l], w);
+    for (int p = 0; p < NPARTS; p++)
+      if (move_to(w[p], device) < 0)
+        return -1;
+    if (move_to(&m->l[l].k_cache, device) < 0 ||
+        move_to(&m->l[l].v_cache, device) < 0)
+      return -1;
+  }
+  if (move_to(&m->embed, device) < 0 || move_to(&m->norm, device) < 0 ||
+      move_to(&m->rope_cos, device) < 0 || move_to(&m->rope_sin, device) < 0)
+    return -1;
+  if (!tied)
+    return move_to(&m->lm_head, device);
+  tc_release(m->lm_head);
+  m->lm_head = tc_retain(m->embed);
+  return 0;
+}
+
 int llama_reset_cache(llama_model *m)
 {
   for (int l = 0; l < m->c.layers; l++)

@@ -45,6 +45,9 @@ int llama_save(const llama_model *m, const char *path);
 /* A checkpoint mapped from path (the tensors keep the mapping). */
 int llama_load(llama_model *m, const char *path);
 void llama_free(llama_model *m);
+/* Every tensor of m (weights, KV caches, RoPE tables) moved to device
+** ("cuda" or "cpu"); a tied lm_head stays tied. */
+int llama_to(llama_model *m, const char *device);
 
 /* Logits (1, vocab) for token tok at position pos (0 <= pos < seq_len);
 ** writes row pos of every layer's KV cache. Call it in a scope: its

@@ -557,6 +557,91 @@ static tc_tensor *cuda_cat(const eager_call *c)
   return out;
 }
 
+/* -- Argmax, argmin: composed of the device's own kernels -----------------------
+** The CPU's rule (reduce.c: the first best value, and a NaN before any
+** number): the row's best m (MAX or MIN, NaN when the row has one), then
+** the least position whose value is m, or NaN. Each step is a call the
+** CUDA key runs directly (the op's own call did the checks, the tracing
+** and autograd's part). */
+
+static tc_tensor *cuda_dispatch(const eager_call *c);
+
+/* Pointwise op of in[0..nin) on the device. */
+static tc_tensor *cuda_pointwise(const char *fn, tc_op op, int nin,
+                                 tc_tensor *const *in)
+{
+  eager_call c = { .op = op, .fn = fn, .nin = nin };
+  for (int i = 0; i < nin; i++)
+    c.in[i] = in[i];
+  if (tensor_infer_pointwise(fn, op, nin, (const tc_tensor *const *)in, c.s,
+                             &c.ndim, c.shape, &c.dtype, &c.cdtype) < 0)
+    return NULL;
+  return cuda_dispatch(&c);
+}
+
+/* Reduction op of a over dim d, its size kept as 1. */
+static tc_tensor *cuda_reduce_kept(const char *fn, tc_op op, tc_tensor *a,
+                                   int d, bool keepdim)
+{
+  eager_call c = { .op = op, .fn = fn, .nin = 1, .in = { a }, .dim = d,
+                   .keepdim = keepdim, .ndim = 0 };
+  c.dtype = tensor_result_dtype(fn, op, 1, (const tc_tensor *const *)&a,
+                                NULL);
+  if (c.dtype == TC_DTYPE__MAX)
+    return NULL;
+  c.cdtype = tensor_compute_of(c.dtype);
+  for (int i = 0; i < a->ndim; i++)
+    if (i != d || keepdim)
+      c.shape[c.ndim++] = i == d ? 1 : a->shape[i];
+  return cuda_dispatch(&c);
+}
+
+/* An i64 device tensor of `shape` whose element j along dim d is j (or
+** every element n when d < 0). */
+static tc_tensor *cuda_positions(const char *fn, int ndim,
+                                 const int64_t *shape, int d, int64_t n)
+{
+  tc_tensor *h = tensor_new(TC_I64, ndim, shape);
+  if (!h)
+    return NULL;
+  int64_t *p = tensor_ptr(h);
+  for (int64_t j = 0; j < h->numel; j++)
+    p[j] = d < 0 ? n : j;
+  tc_tensor *dv = eager_cuda_from_host(fn, h);
+  tensor_unref(h);
+  return dv;
+}
+
+static tc_tensor *cuda_argbest(const eager_call *c)
+{
+  tc_tensor *x = c->in[0], *row = NULL;
+  int d = c->dim;
+  if (x->ndim == 0)   /* one row of one */
+    x = row = tensor_new_view(x, 1, (int64_t[]){ 1 }, (int64_t[]){ 1 },
+                              x->offset);
+  if (!x)
+    return NULL;
+  int64_t n = x->shape[d], pshape[TC_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++)
+    pshape[i] = i == d ? n : 1;
+  tc_op best_op = c->op == TC_OP_ARGMAX ? TC_OP_MAX : TC_OP_MIN;
+  tc_tensor *t[7] = { NULL }, *r = NULL;
+  if ((t[0] = cuda_reduce_kept(c->fn, best_op, x, d, true)) &&
+      (t[1] = cuda_pointwise(c->fn, TC_OP_EQ, 2, (tc_tensor *[]){ x, t[0] })) &&
+      (t[2] = cuda_pointwise(c->fn, TC_OP_NE, 2, (tc_tensor *[]){ x, x })) &&
+      (t[3] = cuda_positions(c->fn, x->ndim, pshape, d, n)) &&
+      (t[4] = cuda_positions(c->fn, 0, NULL, -1, n)) &&
+      (t[5] = cuda_pointwise(c->fn, TC_OP_WHERE, 3,
+                             (tc_tensor *[]){ t[1], t[3], t[4] })) &&
+      (t[6] = cuda_pointwise(c->fn, TC_OP_WHERE, 3,
+                             (tc_tensor *[]){ t[2], t[3], t[5] })))
+    r = cuda_reduce_kept(c->fn, TC_OP_MIN, t[6], d, c->keepdim && !row);
+  for (int i = 0; i < 7; i++)
+    tensor_unref(t[i]);
+  tensor_unref(row);
+  return r;
+}
+
 /* An in-place op: its twin computed into the target. A source that
 ** overlaps the target as another view is copied first (each point must
 ** read the values from before the write). */
@@ -589,8 +674,6 @@ static tc_tensor *cuda_inplace(const eager_call *c)
     atomic_fetch_add(&c->dst->storage->version, 1);   /* as eager CPU */
   return r;
 }
-
-static tc_tensor *cuda_dispatch(const eager_call *c);
 
 int eager_cuda_operands(const eager_call *c, eager_call *dc,
                         tc_tensor *moved[3])
@@ -646,6 +729,8 @@ static tc_tensor *cuda_dispatch(const eager_call *c)
     return cuda_matmul(c);
   case TC_OP_CAT:
     return cuda_cat(c);
+  case TC_OP_ARGMAX: case TC_OP_ARGMIN:
+    return cuda_argbest(c);
   default:
     break;
   }

@@ -565,19 +565,17 @@ static tc_tensor *trace_eager(const eager_call *c)
   return run_now(c);
 }
 
-/* Ops that have no CUDA kernel step yet (the extern ops but contiguous,
-** f32 or f64 matmul and the joining and indexed reads, whose CUDA
-** handlers copy and gather; argmax and argmin) are not recorded on the
-** device: they run at the call, as eagerly, and fail there with eager's
-** message. */
+/* Ops that have no CUDA kernel step yet (cumsum, topk, scatter_add,
+** multinomial, matmul but of f32 or f64) are not recorded on the device:
+** they run at the call, as eagerly, and fail there with eager's message.
+** The other extern ops run in a region as their CUDA handlers. */
 static bool recordable_on_cuda(const eager_call *c)
 {
   switch (c->op) {
-  case TC_OP_ARGMAX: case TC_OP_ARGMIN:
-    return false;
   case TC_OP_MATMUL:
     return c->dtype == TC_F32 || c->dtype == TC_F64;
   case TC_OP_CONTIGUOUS: case TC_OP_CAT: case TC_OP_TAKE: case TC_OP_GATHER:
+  case TC_OP_ARGMAX: case TC_OP_ARGMIN:
     return true;
   default:
     return op_table[c->op].kind != OPK_EX;

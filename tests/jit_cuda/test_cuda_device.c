@@ -24,6 +24,7 @@
 
 #include "tc.h"
 #include "../../src/jit_cuda/jit_cuda.h"
+#include "../../examples/llama_model.h"
 
 static const char *mode(void)
 {
@@ -530,13 +531,89 @@ static void test_mixed_devices_are_an_error(void **state)
   tc_release(d);
 }
 
+/* A Llama decoding, written in ordinary ops (examples/llama_model.c:
+** rotary embeddings joined with cat, attention over a KV cache written in
+** place, SwiGLU), runs on the device: the CPU's greedy tokens fed to both
+** copies of the model, the logits close at every position (cuBLAS's
+** order, NUMERICS.md), and the device's argmax that of its own logits. */
+static void test_llama_decodes_on_cuda(void **state)
+{
+  (void)state;
+  llama_config c;
+  llama_model cpu, gpu;
+  assert_int_equal(llama_preset("tiny", &c), 0);
+  assert_int_equal(llama_init(&cpu, &c, 7), 0);
+  assert_int_equal(llama_init(&gpu, &c, 7), 0);
+  if (llama_to(&gpu, "cuda") < 0)
+    fail_msg("%s", tc_last_error());
+  int tok = 1;
+  for (int pos = 0; pos < 6; pos++) {
+    size_t mark = tc_scope_begin();
+    tc_tensor *want = llama_forward(&cpu, tok, pos);
+    tc_tensor *got = llama_forward(&gpu, tok, pos);
+    if (!got)
+      fail_msg("position %d: %s", pos, tc_last_error());
+    assert_close(want, got);
+    double on_dev, on_host, next;
+    assert_int_equal(tc_item(tc_argmax(got, -1, false), &on_dev), 0);
+    assert_int_equal(tc_item(tc_argmax(tc_to(got, "cpu"), -1, false),
+                             &on_host), 0);
+    assert_true(on_dev == on_host);
+    assert_int_equal(tc_item(tc_argmax(want, -1, false), &next), 0);
+    tok = (int)next;
+    tc_scope_end(mark);
+  }
+  llama_free(&cpu);
+  llama_free(&gpu);
+}
+
 static void test_externs_are_not_available_yet(void **state)
 {
   (void)state;
   tc_tensor *d = on_cuda(randn(4, 4, 6));
-  assert_null(tc_argmax(d, 1, false));
+  assert_null(tc_cumsum(d, 1));
   assert_non_null(strstr(tc_last_error(), "not available on cuda yet"));
   tc_release(d);
+}
+
+/* argmax and argmin on the device give the CPU's indices: the first best
+** value, a NaN before any number, -0 and +0 equal; over either dim, kept
+** or not, strided, in every dtype that has an order */
+static void test_argbest_equals_cpu(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  float v[24] = { 1, 3, 3, -2, 0, 5,          /* ties: the first */
+                  2, NAN, 9, NAN, 1, 0,       /* the first NaN */
+                  -0.0f, 0, -1, -1, 4, 4,     /* zeros, ties at the end */
+                  7, 6, 5, 4, 3, NAN };       /* NaN last */
+  tc_tensor *x = tc_from_data(TC_F32, TC_SHAPE(4, 6), v, sizeof v);
+  tc_tensor *xs[] = {
+    x, tc_transpose(x, 0, 1), randn(9, 33, 28), tc_cast(x, TC_F64),
+    tc_cast(x, TC_F16), tc_cast(tc_round(tc_mul_scalar(randn(5, 40, 29), 3)),
+                                TC_I32),
+    tc_cast(tc_round(randn(3, 7, 30)), TC_I64), tc_gt_scalar(randn(4, 9, 31), 0),
+  };
+  for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) {
+    tc_tensor *d = dev(xs[i]);
+    for (int dim = -1; dim <= 1; dim++)
+      for (int keep = 0; keep < 2; keep++) {
+        tc_tensor *got = tc_argmax(d, dim, keep);
+        if (!got)
+          fail_msg("argmax of case %zu: %s", i, tc_last_error());
+        assert_int_equal(tc_ndim(got), keep ? 2 : 1);
+        assert_same_bits(tc_argmax(xs[i], dim, keep), got);
+        assert_same_bits(tc_argmin(xs[i], dim, keep),
+                         tc_argmin(d, dim, keep));
+      }
+  }
+  tc_tensor *s = tc_full(TC_F32, 0, NULL, 2.5);   /* 0-d: index 0 */
+  assert_same_bits(tc_argmax(s, 0, true), tc_argmax(dev(s), 0, true));
+  /* greedy decoding's step: the argmax of softmax'd logits */
+  tc_tensor *logits = randn(1, 500, 32);
+  assert_same_bits(tc_argmax(tc_softmax(logits, -1), -1, false),
+                   tc_argmax(tc_softmax(dev(logits), -1), -1, false));
+  tc_scope_end(mark);
 }
 
 /* backward over CUDA tensors gives the CPU's gradients bit for bit (the
@@ -626,6 +703,8 @@ int main(void)
     cmocka_unit_test(test_join_and_gather_equal_cpu),
     cmocka_unit_test(test_autograd_on_cuda),
     cmocka_unit_test(test_mixed_devices_are_an_error),
+    cmocka_unit_test(test_argbest_equals_cpu),
+    cmocka_unit_test(test_llama_decodes_on_cuda),
     cmocka_unit_test(test_externs_are_not_available_yet),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
