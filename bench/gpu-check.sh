@@ -12,6 +12,9 @@
 #   4. tc-gpu-bench: W1, W2, W3, W7 on the device against tc's own device
 #      copy, launch overhead per eager op, NVRTC compile time per kernel;
 #      then the same in PyTorch eager and torch.compile (bench/gpu-peers.py)
+#   4b. a stories15M-shaped Llama (random weights) decoding 64 tokens on
+#      the device, eager and compiled (examples/llama.c -d cuda): tokens/s
+#      and whether both modes chose the same tokens
 #   5. NVRTC + ptxas on every kernel the fusion tests and a sample of random
 #      programs generate, for sm_90, with the kernels' CUDA C also run on the
 #      host against eager (tests/jit_cuda)
@@ -77,6 +80,16 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   note "$(cat "$out/gpu-peers.txt")"
 else
   note "torch with CUDA not importable: no peer figures"
+fi
+
+# 4b. A Llama decoding on the device, eager and compiled
+if [ -x "$build/examples/llama" ] &&
+   "$build/examples/llama" init stories15M "$out/stories15M.safetensors" \
+     > "$out/llama.txt" 2>&1; then
+  timeout 90 "$build/examples/llama" run "$out/stories15M.safetensors" \
+    -n 64 -d cuda >> "$out/llama.txt" 2>&1
+  note "llama on the device: $(grep -E 'tokens/s|identical|DIFFER|llama:' "$out/llama.txt" | tr '\n' ';')"
+  rm -f "$out/stories15M.safetensors"
 fi
 
 # 5. NVRTC + ptxas on the suite's kernels, and host execution against eager

@@ -10,13 +10,15 @@
 **
 **   llama init stories15M|stories110M|tiny PATH [SEED]
 **   llama run PATH [-n TOKENS] [-t TEMPERATURE] [-s SEED] [-m eager|compiled|both]
+**             [-d cpu|cuda]
 **
 ** `run` generates TOKENS tokens (default 64) after the BOS token, prints
 ** their ids, tokens/s, and with `-m both` (the default) runs eagerly and
 ** then with compilation on, checks that both produced the same tokens
 ** (compiled results are bitwise equal to eager ones) and reports how many
 ** kernels were compiled while decoding: the KV length grows every token,
-** which must not mean a compile per token.
+** which must not mean a compile per token. `-d cuda` moves the model to
+** the GPU first (llama_to): the same program, every op on the device.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +118,7 @@ static void report(const char *mode, const llama_model *m, int n, const int *tok
 
 static int cmd_run(int argc, char **argv)
 {
-  const char *path = argv[0], *mode = "both";
+  const char *path = argv[0], *mode = "both", *device = "cpu";
   int n = 64;
   double temperature = 0;
   uint64_t seed = 42;
@@ -129,6 +131,8 @@ static int cmd_run(int argc, char **argv)
       seed = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "-m"))
       mode = argv[i + 1];
+    else if (!strcmp(argv[i], "-d"))
+      device = argv[i + 1];
     else {
       fprintf(stderr, "llama: unknown option %s\n", argv[i]);
       return 2;
@@ -137,14 +141,16 @@ static int cmd_run(int argc, char **argv)
   llama_model m;
   if (llama_load(&m, path) < 0)
     die("load");
+  if (strcmp(device, "cpu") != 0 && llama_to(&m, device) < 0)
+    die("moving the model");
   if (n < 1 || n > m.c.seq_len) {
     fprintf(stderr, "llama: -n must be 1..%d (the context)\n", m.c.seq_len);
     return 2;
   }
   printf("llama: %s: dim %d, hidden %d, %d layers, %d heads, vocab %d, "
-         "context %d; %d tokens, temperature %g, %d threads\n", path, m.c.dim,
-         m.c.hidden, m.c.layers, m.c.heads, m.c.vocab, m.c.seq_len, n,
-         temperature, tc_threads());
+         "context %d; %d tokens, temperature %g, on %s, %d threads\n", path,
+         m.c.dim, m.c.hidden, m.c.layers, m.c.heads, m.c.vocab, m.c.seq_len,
+         n, temperature, device, tc_threads());
   int *toks[2] = { calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int)) };
   if (!toks[0] || !toks[1])
     die("out of memory");
@@ -184,6 +190,6 @@ int main(int argc, char **argv)
   fprintf(stderr,
           "usage: llama init stories15M|stories110M|tiny PATH [SEED]\n"
           "       llama run PATH [-n TOKENS] [-t TEMPERATURE] [-s SEED] "
-          "[-m eager|compiled|both]\n");
+          "[-m eager|compiled|both] [-d cpu|cuda]\n");
   return 2;
 }
