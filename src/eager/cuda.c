@@ -579,9 +579,9 @@ static tc_tensor *cuda_pointwise(const char *fn, tc_op op, int nin,
   return cuda_dispatch(&c);
 }
 
-/* Reduction op of a over dim d, its size kept as 1. */
-static tc_tensor *cuda_reduce_kept(const char *fn, tc_op op, tc_tensor *a,
-                                   int d, bool keepdim)
+/* Reduction op of a over dim d (kept as a dim of 1 when keepdim). */
+static tc_tensor *cuda_reduce(const char *fn, tc_op op, tc_tensor *a, int d,
+                              bool keepdim)
 {
   eager_call c = { .op = op, .fn = fn, .nin = 1, .in = { a }, .dim = d,
                    .keepdim = keepdim, .ndim = 0 };
@@ -625,20 +625,22 @@ static tc_tensor *cuda_argbest(const eager_call *c)
   for (int i = 0; i < x->ndim; i++)
     pshape[i] = i == d ? n : 1;
   tc_op best_op = c->op == TC_OP_ARGMAX ? TC_OP_MAX : TC_OP_MIN;
-  tc_tensor *t[7] = { NULL }, *r = NULL;
-  if ((t[0] = cuda_reduce_kept(c->fn, best_op, x, d, true)) &&
-      (t[1] = cuda_pointwise(c->fn, TC_OP_EQ, 2, (tc_tensor *[]){ x, t[0] })) &&
-      (t[2] = cuda_pointwise(c->fn, TC_OP_NE, 2, (tc_tensor *[]){ x, x })) &&
-      (t[3] = cuda_positions(c->fn, x->ndim, pshape, d, n)) &&
-      (t[4] = cuda_positions(c->fn, 0, NULL, -1, n)) &&
-      (t[5] = cuda_pointwise(c->fn, TC_OP_WHERE, 3,
-                             (tc_tensor *[]){ t[1], t[3], t[4] })) &&
-      (t[6] = cuda_pointwise(c->fn, TC_OP_WHERE, 3,
-                             (tc_tensor *[]){ t[2], t[3], t[5] })))
-    r = cuda_reduce_kept(c->fn, TC_OP_MIN, t[6], d, c->keepdim && !row);
-  for (int i = 0; i < 7; i++)
-    tensor_unref(t[i]);
-  tensor_unref(row);
+  const char *fn = c->fn;
+  tc_tensor *best = NULL, *is_best = NULL, *is_nan = NULL, *pos = NULL,
+            *none = NULL, *at_best = NULL, *at = NULL, *r = NULL;
+  if ((best = cuda_reduce(fn, best_op, x, d, true)) &&
+      (is_best = cuda_pointwise(fn, TC_OP_EQ, 2, (tc_tensor *[]){ x, best })) &&
+      (is_nan = cuda_pointwise(fn, TC_OP_NE, 2, (tc_tensor *[]){ x, x })) &&
+      (pos = cuda_positions(fn, x->ndim, pshape, d, n)) &&
+      (none = cuda_positions(fn, 0, NULL, -1, n)) &&
+      (at_best = cuda_pointwise(fn, TC_OP_WHERE, 3,
+                                (tc_tensor *[]){ is_best, pos, none })) &&
+      (at = cuda_pointwise(fn, TC_OP_WHERE, 3,
+                           (tc_tensor *[]){ is_nan, pos, at_best })))
+    r = cuda_reduce(fn, TC_OP_MIN, at, d, c->keepdim && !row);
+  tc_tensor *temps[] = { best, is_best, is_nan, pos, none, at_best, at, row };
+  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
+    tensor_unref(temps[i]);
   return r;
 }
 

@@ -566,9 +566,10 @@ static tc_tensor *trace_eager(const eager_call *c)
 }
 
 /* Ops that have no CUDA kernel step yet (cumsum, topk, scatter_add,
-** multinomial, matmul but of f32 or f64) are not recorded on the device:
-** they run at the call, as eagerly, and fail there with eager's message.
-** The other extern ops run in a region as their CUDA handlers. */
+** multinomial, and matmul of dtypes other than f32 and f64) are not
+** recorded on the device: they run at the call, as eagerly, and fail there
+** with eager's message. The other extern ops are steps of a region that
+** run their CUDA handlers. */
 static bool recordable_on_cuda(const eager_call *c)
 {
   switch (c->op) {
