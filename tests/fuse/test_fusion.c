@@ -368,6 +368,13 @@ static tc_tensor *gather_rows(tc_tensor *const *in)
   return tc_add_scalar(tc_gather(in[0], 0, in[2]), 1);   /* [4, 10] of [6, 10] */
 }
 
+/* an index with fewer rows than the table: the table's rows follow the
+** point's own */
+static tc_tensor *gather_fewer_rows(tc_tensor *const *in)
+{
+  return tc_exp(tc_gather(in[0], 1, tc_slice(in[1], 0, 1, 5, 1)));
+}
+
 static tc_tensor *gather_transposed(tc_tensor *const *in)
 {
   return tc_neg(tc_gather(tc_transpose(in[3], 0, 1), 1, in[1]));
@@ -407,6 +414,8 @@ static void test_fusion_gather(void **state)
   assert_int_equal(launches(gather_scaled, in), 1);
   assert_int_equal(check_prog("gather along dim 0", gather_rows, 5, in), 1);
   assert_int_equal(launches(gather_rows, in), 1);
+  assert_int_equal(check_prog("gather with fewer index rows",
+                              gather_fewer_rows, 5, in), 1);
   assert_int_equal(check_prog("gather from a transposed table",
                               gather_transposed, 5, in), 1);
   /* inlined into a row reduction */
