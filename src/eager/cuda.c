@@ -492,8 +492,27 @@ static int64_t batch_stride(int64_t count, int64_t size, int64_t batch)
   return count == batch ? size : count == 1 ? 0 : -1;
 }
 
-/* torch.matmul for f32 and f64 whose batch dims are equal or absent in
-** each operand (1-D operands as a row or a column). */
+/* Operand t of matmul c (at least 3-D) as a view with the result's batch
+** dims: stride 0 where t has a 1 or lacks the dim (then made contiguous,
+** a batch of copies, so that one strided-batched call serves). */
+static tc_tensor *batch_broadcast(const eager_call *c, tc_tensor *t)
+{
+  int nd = c->ndim, lead = c->ndim - t->ndim;
+  int64_t shape[TC_MAX_DIMS], stride[TC_MAX_DIMS];
+  for (int d = 0; d < nd - 2; d++) {
+    int td = d - lead;
+    shape[d] = c->shape[d];
+    stride[d] = td < 0 || t->shape[td] == 1 ? 0 : t->stride[td];
+  }
+  for (int d = nd - 2; d < nd; d++) {
+    shape[d] = t->shape[d - lead];
+    stride[d] = t->stride[d - lead];
+  }
+  return tensor_new_view(t, nd, shape, stride, t->offset);
+}
+
+/* torch.matmul for f32 and f64 (1-D operands as a row or a column; batch
+** dims broadcast). */
 static tc_tensor *cuda_matmul(const eager_call *c)
 {
   const tc_tensor *a = c->in[0], *b = c->in[1];
@@ -513,21 +532,24 @@ static tc_tensor *cuda_matmul(const eager_call *c)
                             m * k, batch);
   int64_t sb = batch_stride(k > 0 && n > 0 ? b->numel / (k * n) : batch,
                             k * n, batch);
-  if (sa < 0 || sb < 0) {
-    tc_seterr(TC_E_DEVICE, "%s: matmul with partly broadcast batch dims is "
-              "not available on cuda yet", c->fn);
-    return NULL;
-  }
-  tc_tensor *ca = gemm_operand(c, c->in[0]), *cb = gemm_operand(c, c->in[1]);
+  /* A partial broadcast (batch dims 2 x 1 against 1 x 3) has no one batch
+  ** stride: that operand is broadcast to the result's batch first. Both
+  ** operands have batch dims then, so the result has its full rank. */
+  tc_tensor *wa = sa < 0 ? batch_broadcast(c, c->in[0]) : tensor_ref(c->in[0]);
+  tc_tensor *wb = sb < 0 ? batch_broadcast(c, c->in[1]) : tensor_ref(c->in[1]);
+  tc_tensor *ca = wa ? gemm_operand(c, wa) : NULL;
+  tc_tensor *cb = wb ? gemm_operand(c, wb) : NULL;
   tc_tensor *out = ca && cb ? tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim,
                                             c->shape) : NULL;
   if (out && jcuda_gemm(c->dtype, m, n, k, batch,
-                        (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa,
-                        (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa < 0 ? m * k : sa,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb < 0 ? k * n : sb,
                         (jcuda_ptr)(uintptr_t)tensor_ptr(out), m * n) < 0) {
     tensor_unref(out);
     out = NULL;
   }
+  tensor_unref(wa);
+  tensor_unref(wb);
   tensor_unref(ca);
   tensor_unref(cb);
   return out;

@@ -411,6 +411,12 @@ static void test_matmul_through_cublas(void **state)
   matmul_case(a3, b3);                                  /* batched */
   matmul_case(a3, tc_randn(TC_F64, TC_SHAPE(6, 2), 11));   /* one B */
   matmul_case(tc_randn(TC_F64, TC_SHAPE(6), 12), b3);   /* 1-D A */
+  /* partly broadcast batch dims: [2, 1] against [3] and [1, 3] */
+  tc_tensor *a4 = randn(4, 6, 16);
+  matmul_case(tc_reshape(a4, TC_SHAPE(2, 1, 2, 6)), tc_randn(TC_F32,
+              TC_SHAPE(3, 6, 5), 17));
+  matmul_case(tc_randn(TC_F64, TC_SHAPE(1, 3, 2, 6), 18),
+              tc_transpose(tc_randn(TC_F64, TC_SHAPE(2, 1, 4, 6), 19), 2, 3));
   tc_tensor *ha = tc_to(tc_cast(a, TC_F16), "cuda");
   tc_tensor *hb = tc_to(tc_cast(b, TC_F16), "cuda");
   assert_null(tc_matmul(ha, hb));
