@@ -26,8 +26,10 @@ typedef tc_tensor *(*prog_fn)(tc_tensor *const *in);
 
 /* Run prog eagerly and compiled (hot at once) and compare bit for bit;
 ** returns the kernels compiled for it. */
-static uint64_t check_prog(const char *name, prog_fn prog, int nin,
-                           tc_tensor *const *in)
+/* prog run eagerly, then compiled: the results must be the same bits.
+** Whether a region ran compiled, and the kernels compiled (*kernels). */
+static bool same_in_both_modes(const char *name, prog_fn prog,
+                               tc_tensor *const *in, uint64_t *kernels)
 {
   tc_compile_set(false);
   tc_tensor *want = prog(in);
@@ -45,14 +47,23 @@ static uint64_t check_prog(const char *name, prog_fn prog, int nin,
   tc_stats_get(&s1);
   if (memcmp(w, g, nb) != 0)
     fail_msg("%s: compiled result differs from eager", name);
-  if (s1.regions_compiled == s0.regions_compiled)
-    fail_msg("%s: region was not compiled", name);
   tc_release(want);
   tc_release(got);
   free(w);
   free(g);
+  *kernels = s1.kernels_compiled - s0.kernels_compiled;
+  return s1.regions_compiled > s0.regions_compiled;
+}
+
+/* The same, and a region must have run compiled: the kernels compiled. */
+static uint64_t check_prog(const char *name, prog_fn prog, int nin,
+                           tc_tensor *const *in)
+{
+  uint64_t kernels;
+  if (!same_in_both_modes(name, prog, in, &kernels))
+    fail_msg("%s: region was not compiled", name);
   (void)nin;
-  return s1.kernels_compiled - s0.kernels_compiled;
+  return kernels;
 }
 
 static int setup(void **state)
@@ -433,6 +444,80 @@ static void test_fusion_gather(void **state)
     check_prog(name, gather_scaled, 5, v);
   }
   tc_scope_end(mark);
+}
+
+/* Random gathers: a table of 1 to 3 dims (contiguous, transposed or a
+** slice with a step), an index along a random dim with at most the
+** table's size in the other dims and values in range, then a pointwise
+** or row consumer. Structures repeat with other shapes, so past
+** TC_RECOMPILE_LIMIT the plans are shape-dynamic. */
+static int rg_dim, rg_use;
+
+static tc_tensor *random_gather(tc_tensor *const *in)
+{
+  tc_tensor *y = tc_gather(in[0], rg_dim, in[1]);
+  switch (rg_use) {
+  case 0: return tc_mul_scalar(y, -1.5);
+  case 1: return tc_exp(tc_add(y, y));
+  case 2: return tc_sum(y, -1, true);
+  default: return tc_softmax(y, 0);
+  }
+}
+
+static uint64_t rg_next(uint64_t *s)   /* splitmix64 */
+{
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void test_fusion_gather_random(void **state)
+{
+  (void)state;
+  uint64_t s = 29;
+  int compiled = 0;
+  for (int c = 0; c < 150; c++) {
+    size_t mark = tc_scope_begin();
+    int r = 1 + (int)(rg_next(&s) % 3), lay = (int)(rg_next(&s) % 3);
+    int64_t ts[3], is[3], n = 1;
+    rg_dim = (int)(rg_next(&s) % (uint64_t)r);
+    rg_use = (int)(rg_next(&s) % 4);
+    for (int d = 0; d < r; d++)
+      ts[d] = 1 + (int64_t)(rg_next(&s) % 6);
+    for (int d = 0; d < r; d++) {
+      is[d] = 1 + (int64_t)(rg_next(&s) % (d == rg_dim ? 5 : (uint64_t)ts[d]));
+      n *= is[d];
+    }
+    tc_tensor *t;
+    if (lay == 1 && r >= 2) {   /* a transposed view of [ts1, ts0, ...] */
+      int64_t sw[3] = { ts[1], ts[0], r > 2 ? ts[2] : 1 };
+      t = tc_transpose(tc_randn(TC_F32, r, sw, (uint64_t)c), 0, 1);
+    } else if (lay == 2) {      /* every other row of [2 ts0, ...] */
+      int64_t tall[3] = { 2 * ts[0], ts[1], ts[2] };
+      t = tc_slice(tc_randn(TC_F32, r, tall, (uint64_t)c), 0, 1, 2 * ts[0],
+                   2);
+    } else {
+      t = tc_randn(TC_F32, r, ts, (uint64_t)c);
+    }
+    int64_t iv[5 * 6 * 6];
+    for (int64_t i = 0; i < n; i++)
+      iv[i] = (int64_t)(rg_next(&s) % (uint64_t)ts[rg_dim]);
+    tc_tensor *in[2] = { t, tc_from_data(TC_I64, r, is, iv,
+                                         sizeof(int64_t) * (size_t)n) };
+    assert_non_null(in[0]);
+    assert_non_null(in[1]);
+    char name[96];
+    snprintf(name, sizeof name, "random gather %d (rank %d, dim %d, layout "
+             "%d, use %d)", c, r, rg_dim, lay, rg_use);
+    uint64_t kernels;
+    compiled += same_in_both_modes(name, random_gather, in, &kernels);
+    tc_scope_end(mark);
+  }
+  /* a shape-dynamic plan runs eagerly where its gathered axis's size (baked
+  ** into the code) differs; the rest ran compiled */
+  print_message("random gathers: %d of 150 ran compiled\n", compiled);
+  assert_true(compiled >= 100);
 }
 
 /* -- Row fusion of programs written from primitives ---------------------------- */
@@ -1257,6 +1342,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_fusion_embedding_gather, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_gather, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_fusion_gather_random, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_fusion_row_stats_outputs, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fusion_no_fallback_for_size, setup,
