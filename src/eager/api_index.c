@@ -38,16 +38,31 @@ static bool index_dtype_ok(const char *fn, const tc_tensor *idx)
   return false;
 }
 
+/* t's values (realized) as a contiguous host tensor of dtype dt: a
+** device tensor is copied back first, since the checks read them here. */
+static tc_tensor *host_values(tc_tensor *t, tc_dtype dt)
+{
+  if (tensor_make_readable(t) < 0)
+    return NULL;
+  tc_tensor *h = tensor_device_of(t) == TC_DEV_CPU ? tensor_ref(t)
+                 : eager_cuda_to_host(t);
+  if (!h)
+    return NULL;
+  tc_tensor *v = tensor_is_contiguous(h) && h->dtype == dt
+                 ? tensor_ref(h) : eager_contiguous_copy(h, dt);
+  tensor_unref(h);
+  return v;
+}
+
 /* Are idx's values all in [0, size)? They are read (a lazy idx is realized
 ** first), so a bad index is reported here in both modes, naming the first
 ** one in C order. */
 static bool indices_in_range(const char *fn, tc_tensor *idx, int dim,
                              int64_t size)
 {
-  if (!index_dtype_ok(fn, idx) || tensor_make_readable(idx) < 0)
+  if (!index_dtype_ok(fn, idx))
     return false;
-  tc_tensor *v = tensor_is_contiguous(idx) && idx->dtype == TC_I64
-                 ? tensor_ref(idx) : eager_contiguous_copy(idx, TC_I64);
+  tc_tensor *v = host_values(idx, TC_I64);
   if (!v)
     return false;
   const int64_t *ix = tensor_ptr(v);
@@ -430,9 +445,7 @@ int tc_topk(tc_tensor *a, int64_t k, int dim, bool largest, bool sorted,
 static bool weights_ok(const char *fn, tc_tensor *p, int64_t n,
                        bool replacement)
 {
-  if (tensor_make_readable(p) < 0)
-    return false;
-  tc_tensor *w = eager_contiguous_copy(p, TC_F64);
+  tc_tensor *w = host_values(p, TC_F64);
   if (!w)
     return false;
   int64_t m = p->shape[p->ndim - 1], rows = m ? w->numel / m : 0;

@@ -510,6 +510,15 @@ static void test_join_and_gather_equal_cpu(void **state)
   assert_same_bits(tc_embedding(a, rows), tc_embedding(da, dev(rows)));
   assert_same_bits(tc_index_select(a, 1, rows),
                    tc_index_select(da, 1, dev(rows)));
+  /* a bad index is the CPU's error, read from the device at the call */
+  int64_t bv[2] = { 1, 7 };
+  tc_tensor *bad = tc_from_data(TC_I64, TC_SHAPE(1, 2), bv, sizeof bv);
+  assert_null(tc_gather(a, 1, bad));
+  char want[128];
+  snprintf(want, sizeof want, "%s", tc_last_error());
+  assert_null(tc_gather(da, 1, dev(bad)));
+  assert_string_equal(tc_last_error(), want);
+  assert_non_null(strstr(want, "index 7 is out of range"));
   /* a model's pieces: rotary embedding, then a negative log-likelihood */
   tc_tensor *x = randn(6, 16, 25);
   tc_tensor *cs = tc_rand(TC_F32, TC_SHAPE(1, 8), 26);
