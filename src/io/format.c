@@ -295,10 +295,14 @@ static void body(out_buf *o, fmt *f)
 
 /* PyTorch's suffixes: dtype when not a default one (f32, i64, bool), and
 ** for an empty tensor its size (unless 1-D) and any dtype but f32. */
-static int suffixes(const tc_tensor *t, char (*sufs)[SUFFIX_MAX])
+/* PyTorch's suffixes, in its order: the device (when not the CPU), then
+** an empty tensor's size, then the dtype where it is not implied. */
+static int suffixes(const tc_tensor *t, bool cuda, char (*sufs)[SUFFIX_MAX])
 {
   int ns = 0;
   tc_dtype dt = (tc_dtype)t->dtype;
+  if (cuda)
+    snprintf(sufs[ns++], SUFFIX_MAX, "device='cuda:0'");
   if (t->numel == 0) {
     if (t->ndim != 1) {
       int k = snprintf(sufs[ns], SUFFIX_MAX, "size=(");
@@ -317,7 +321,9 @@ static int suffixes(const tc_tensor *t, char (*sufs)[SUFFIX_MAX])
   return ns;
 }
 
-static void format_into(out_buf *o, tc_tensor *t)
+/* t (on the host) as PyTorch prints it; cuda: it is a device tensor's
+** copy. */
+static void format_into(out_buf *o, tc_tensor *t, bool cuda)
 {
   fmt f = { .t = t, .floating = tensor_dtype_is_float((tc_dtype)t->dtype),
             .boolean = t->dtype == TC_BOOL,
@@ -327,8 +333,8 @@ static void format_into(out_buf *o, tc_tensor *t)
     puts_(o, "[]");
   else
     body(o, &f);
-  char sufs[2][SUFFIX_MAX];
-  int ns = suffixes(t, sufs);
+  char sufs[3][SUFFIX_MAX];
+  int ns = suffixes(t, cuda, sufs);
   size_t line = o->col + 2;
   for (int i = 0; i < ns; i++)
     suffix(o, &line, sufs[i]);
@@ -353,8 +359,14 @@ int tc_format(tc_tensor *t, char *buf, size_t size)
     return -1;
   if (!buf && size > 0)
     return tc_seterr_null(__func__), -1;
+  /* a device tensor's values are read from a copy on the host */
+  bool cuda = tensor_device_of(t) == TC_DEV_CUDA;
+  tc_tensor *h = cuda ? eager_cuda_to_host(t) : tensor_ref(t);
+  if (!h)
+    return -1;
   out_buf o = { .buf = buf, .size = size };
-  format_into(&o, t);
+  format_into(&o, h, cuda);
+  tensor_unref(h);
   if (size > 0)
     buf[o.len < size ? o.len : size - 1] = '\0';
   if (o.len > INT_MAX)

@@ -42,6 +42,15 @@ static tc_tensor *on_cuda(tc_tensor *t)
   return d;
 }
 
+/* A tensor's CUDA copy, kept in the scope (the CPU original is kept). */
+static tc_tensor *dev(tc_tensor *t)
+{
+  tc_tensor *d = tc_to(t, "cuda");
+  if (!d)
+    fail_msg("%s", tc_last_error());
+  return d;
+}
+
 /* a and b (any devices) hold the same bytes */
 static void assert_same_bits(tc_tensor *a, tc_tensor *b)
 {
@@ -135,6 +144,25 @@ static void test_to_views_and_item(void **state)
   tc_release(d);
   tc_release(same);
   tc_release(back);
+  tc_scope_end(mark);
+}
+
+/* a device tensor prints as PyTorch prints it: its values, read back, and
+** the device before the dtype */
+static void test_print_on_cuda(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  float v[4] = { 1, -2.5f, 0, 3 };
+  tc_tensor *h = tc_from_data(TC_F32, TC_SHAPE(2, 2), v, sizeof v);
+  char buf[256];
+  assert_true(tc_format(dev(h), buf, sizeof buf) > 0);
+  assert_string_equal(buf, "tensor([[ 1.0000, -2.5000],\n"
+                           "        [ 0.0000,  3.0000]], device='cuda:0')");
+  assert_true(tc_format(dev(tc_cast(tc_slice(h, 1, 1, 2, 1), TC_F16)), buf,
+                        sizeof buf) > 0);
+  assert_string_equal(buf, "tensor([[-2.5000],\n        [ 3.0000]], "
+                           "device='cuda:0', dtype=torch.float16)");
   tc_scope_end(mark);
 }
 
@@ -454,15 +482,6 @@ static void test_inplace_equals_cpu(void **state)
   tc_scope_end(mark);
 }
 
-/* A tensor's CUDA copy, kept in the scope (the CPU original is kept). */
-static tc_tensor *dev(tc_tensor *t)
-{
-  tc_tensor *d = tc_to(t, "cuda");
-  if (!d)
-    fail_msg("%s", tc_last_error());
-  return d;
-}
-
 /* Hugging Face's rotary embedding of x [heads, hd] at cos, sin [1, hd/2],
 ** as a Llama program writes it: the halves joined with tc_cat. */
 static tc_tensor *rope(tc_tensor *x, tc_tensor *c, tc_tensor *s)
@@ -705,6 +724,7 @@ int main(void)
     cmocka_unit_test(test_to_round_trip_every_dtype),
     cmocka_unit_test(test_to_views_and_item),
     cmocka_unit_test(test_data_on_cuda_is_an_error),
+    cmocka_unit_test(test_print_on_cuda),
     cmocka_unit_test(test_allocator_reuses_blocks),
     cmocka_unit_test(test_default_device),
     cmocka_unit_test(test_driver_errors_carry_its_string),
