@@ -787,8 +787,10 @@ void jcuda_params_split(const kir_kernel *k, void *out, jcuda_ptr scratch,
 /* tck_params (the launch's one parameter, passed by value: a device launch
 ** cannot take host pointers to arrays) and tck_entry, which unpacks it. A
 ** host build gets a trampoline taking a pointer to the same struct, so a
-** fake driver can run the text as a device would. Every member is 8 bytes
-** wide: the layout is jcuda_params_pack's flat array of words. */
+** fake driver can run the text as a device would; its pointers go through
+** the shim's TCK_HOST_PTR (the fake's device addresses are tagged so that
+** the host cannot use them by mistake). Every member is 8 bytes wide: the
+** layout is jcuda_params_pack's flat array of words. */
 static void emit_entry(FILE *f, const kir_kernel *k)
 {
   int nb, ns, nd;
@@ -816,8 +818,13 @@ static void emit_entry(FILE *f, const kir_kernel *k)
           "extern \"C\" __global__ void " JCUDA_LAUNCH_ENTRY
           "(const __grid_constant__ tck_params p)\n{\n%s}\n"
           "#else\n"
-          "void " JCUDA_LAUNCH_ENTRY "(const tck_params *p)\n{\n%s}\n"
-          "#endif\n", call[split][0], call[split][1]);
+          "void " JCUDA_LAUNCH_ENTRY "(const tck_params *dev)\n{\n"
+          "  tck_params host = *dev, *p = &host;\n"
+          "  for (int i = 0; i < %d; i++)\n"
+          "    host.bufs[i] = TCK_HOST_PTR(host.bufs[i]);\n%s%s}\n"
+          "#endif\n", call[split][0], nb,
+          split ? "  host.scratch = TCK_HOST_PTR(host.scratch);\n" : "",
+          call[split][1]);
 }
 
 int jcuda_render_fma(void) { return APPROX_FMA; }

@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "devtag.h"   /* TCK_HOST_PTR: a kernel's host entry's pointers */
+
 struct tck_dim3 { unsigned x, y, z; };
 struct tck_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void (*tck_sync_hook)(void);

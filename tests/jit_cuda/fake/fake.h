@@ -9,4 +9,6 @@
 
 #define FAKE_IMAGE_MAGIC "TC-FAKE-CUBIN 1\n"
 
+#include "../devtag.h"   /* device addresses are tagged host addresses */
+
 #endif

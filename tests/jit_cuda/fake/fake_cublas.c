@@ -1,10 +1,13 @@
 /*
 ** fake_cublas.c -- a stand-in for libcublas.so.13 (tests only): the fake
-** driver's device memory is host memory, so a strided-batched gemm is a
-** naive host loop (column-major, as cuBLAS; no transposes: tc asks for
-** none). Only the entry points tc calls (src/jit_cuda/cublas.c).
+** driver's device memory is host memory (its addresses tagged, devtag.h),
+** so a strided-batched gemm is a naive host loop (column-major, as cuBLAS;
+** no transposes: tc asks for none). Only the entry points tc calls
+** (src/jit_cuda/cublas.c).
 */
 #include <stdlib.h>
+
+#include "fake.h"
 
 enum { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7 };
 
@@ -40,6 +43,9 @@ int cublasSetStream_v2(void *h, void *stream)
     if (ta || tb || m < 0 || n < 0 || k < 0 || lda < m || ldb < k ||         \
         ldc < m || batch < 0)                                                \
       return INVALID_VALUE;                                                  \
+    a = (const T *)TCK_HOST_PTR(a);                                          \
+    b = (const T *)TCK_HOST_PTR(b);                                          \
+    c = (T *)TCK_HOST_PTR(c);                                                \
     for (int q = 0; q < batch; q++)                                          \
       for (int j = 0; j < n; j++)                                            \
         for (int i = 0; i < m; i++) {                                        \

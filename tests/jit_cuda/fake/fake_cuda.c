@@ -146,14 +146,20 @@ size_t tc_fake_cuda_live_bytes(void)
   return n;
 }
 
-/* Does [p, p + n) lie in one live block? */
+/* The device address of host byte p, and back (devtag.h). */
+static cu_ptr dev_addr(const char *p) { return (cu_ptr)(uintptr_t)p | TCK_DEVICE_TAG; }
+static void *dev(cu_ptr p) { return TCK_HOST_PTR(p); }
+
+/* Is p a device address, with [p, p + n) in one live block? */
 static bool in_live(cu_ptr p, size_t n)
 {
+  if (!(p & TCK_DEVICE_TAG))
+    return false;
+  const char *h = dev(p);
   pthread_mutex_lock(&mem_lock);
   bool ok = false;
   for (block *b = live; b && !ok; b = b->next)
-    ok = p >= (cu_ptr)(uintptr_t)b->base &&
-         p + n <= (cu_ptr)(uintptr_t)(b->base + b->size);
+    ok = h >= b->base && h + n <= b->base + b->size;
   pthread_mutex_unlock(&mem_lock);
   return ok;
 }
@@ -178,7 +184,7 @@ int cuMemAlloc_v2(cu_ptr *p, size_t n)
   live = b;
   live_bytes += n;
   pthread_mutex_unlock(&mem_lock);
-  *p = (cu_ptr)(uintptr_t)base;
+  *p = dev_addr(base);
   return OK;
 }
 
@@ -186,7 +192,7 @@ int cuMemFree_v2(cu_ptr p)
 {
   pthread_mutex_lock(&mem_lock);
   block **at = &live;
-  while (*at && (cu_ptr)(uintptr_t)(*at)->base != p)
+  while (*at && dev_addr((*at)->base) != p)
     at = &(*at)->next;
   block *b = *at;
   if (b) {
@@ -213,8 +219,6 @@ int cuMemFreeHost(void *p)
   free(p);
   return OK;
 }
-
-static void *dev(cu_ptr p) { return (void *)(uintptr_t)p; }
 
 int cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, void *s)
 {
