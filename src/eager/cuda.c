@@ -533,17 +533,22 @@ static tc_tensor *cuda_matmul(const eager_call *c)
   int64_t sb = batch_stride(k > 0 && n > 0 ? b->numel / (k * n) : batch,
                             k * n, batch);
   /* A partial broadcast (batch dims 2 x 1 against 1 x 3) has no one batch
-  ** stride: that operand is broadcast to the result's batch first. Both
-  ** operands have batch dims then, so the result has its full rank. */
-  tc_tensor *wa = sa < 0 ? batch_broadcast(c, c->in[0]) : tensor_ref(c->in[0]);
-  tc_tensor *wb = sb < 0 ? batch_broadcast(c, c->in[1]) : tensor_ref(c->in[1]);
+  ** stride: that operand is broadcast to the result's batch first, a
+  ** matrix a batch. Both operands have batch dims then, so the result has
+  ** its full rank. */
+  tc_tensor *wa = sa < 0 ? batch_broadcast(c, c->in[0])
+                         : tensor_ref(c->in[0]);
+  tc_tensor *wb = sb < 0 ? batch_broadcast(c, c->in[1])
+                         : tensor_ref(c->in[1]);
+  sa = sa < 0 ? m * k : sa;
+  sb = sb < 0 ? k * n : sb;
   tc_tensor *ca = wa ? gemm_operand(c, wa) : NULL;
   tc_tensor *cb = wb ? gemm_operand(c, wb) : NULL;
   tc_tensor *out = ca && cb ? tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim,
                                             c->shape) : NULL;
   if (out && jcuda_gemm(c->dtype, m, n, k, batch,
-                        (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa < 0 ? m * k : sa,
-                        (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb < 0 ? k * n : sb,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa,
+                        (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb,
                         (jcuda_ptr)(uintptr_t)tensor_ptr(out), m * n) < 0) {
     tensor_unref(out);
     out = NULL;

@@ -376,7 +376,7 @@ static tc_tensor *gather_scaled(tc_tensor *const *in)
 
 static tc_tensor *gather_rows(tc_tensor *const *in)
 {
-  return tc_add_scalar(tc_gather(in[0], 0, in[2]), 1);   /* [4, 10] of [6, 10] */
+  return tc_add_scalar(tc_gather(in[0], 0, in[2]), 1);   /* 4 rows of 6 */
 }
 
 /* an index with fewer rows than the table: the table's rows follow the

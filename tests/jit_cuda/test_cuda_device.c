@@ -626,7 +626,8 @@ static void test_argbest_equals_cpu(void **state)
     x, tc_transpose(x, 0, 1), randn(9, 33, 28), tc_cast(x, TC_F64),
     tc_cast(x, TC_F16), tc_cast(tc_round(tc_mul_scalar(randn(5, 40, 29), 3)),
                                 TC_I32),
-    tc_cast(tc_round(randn(3, 7, 30)), TC_I64), tc_gt_scalar(randn(4, 9, 31), 0),
+    tc_cast(tc_round(randn(3, 7, 30)), TC_I64),
+    tc_gt_scalar(randn(4, 9, 31), 0),
   };
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) {
     tc_tensor *d = dev(xs[i]);

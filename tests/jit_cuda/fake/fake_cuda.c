@@ -147,7 +147,11 @@ size_t tc_fake_cuda_live_bytes(void)
 }
 
 /* The device address of host byte p, and back (devtag.h). */
-static cu_ptr dev_addr(const char *p) { return (cu_ptr)(uintptr_t)p | TCK_DEVICE_TAG; }
+static cu_ptr dev_addr(const char *p)
+{
+  return (cu_ptr)(uintptr_t)p | TCK_DEVICE_TAG;
+}
+
 static void *dev(cu_ptr p) { return TCK_HOST_PTR(p); }
 
 /* Is p a device address, with [p, p + n) in one live block? */
