@@ -475,10 +475,10 @@ static tc_tensor *cuda_contiguous(const eager_call *c)
 /* -- Matmul: cuBLAS ------------------------------------------------------------- */
 
 /* Matmul operand t as a contiguous device tensor of dtype dt. */
-static tc_tensor *gemm_operand(const eager_call *c, tc_tensor *t)
+static tc_tensor *gemm_operand(const eager_call *c, tc_tensor *t, tc_dtype dt)
 {
   eager_call cc = { .op = TC_OP_CONTIGUOUS, .fn = c->fn, .nin = 1,
-                    .in = { t }, .dtype = c->dtype, .cdtype = c->dtype,
+                    .in = { t }, .dtype = dt, .cdtype = dt,
                     .ndim = t->ndim };
   memcpy(cc.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
   return cuda_contiguous(&cc);
@@ -511,14 +511,16 @@ static tc_tensor *batch_broadcast(const eager_call *c, tc_tensor *t)
   return tensor_new_view(t, nd, shape, stride, t->offset);
 }
 
-/* torch.matmul for f32 and f64 (1-D operands as a row or a column; batch
-** dims broadcast). */
+/* torch.matmul (1-D operands as a row or a column; batch dims broadcast)
+** in f32 or f64; f16 and bf16 as the CPU computes them (half.c): the
+** operands converted to f32 exactly, the product rounded to the dtype. */
 static tc_tensor *cuda_matmul(const eager_call *c)
 {
   const tc_tensor *a = c->in[0], *b = c->in[1];
-  if (c->dtype != TC_F32 && c->dtype != TC_F64) {
-    tc_seterr(TC_E_DEVICE, "%s: matmul of %s is not available on cuda yet "
-              "(f32 and f64 are)", c->fn, tc_dtype_name(c->dtype));
+  tc_dtype dt = tensor_compute_of(c->dtype);
+  if (dt != TC_F32 && dt != TC_F64) {
+    tc_seterr(TC_E_DEVICE, "%s: matmul of %s is not available on cuda",
+              c->fn, tc_dtype_name(c->dtype));
     return NULL;
   }
   int64_t m = a->ndim == 1 ? 1 : a->shape[a->ndim - 2];
@@ -542,11 +544,11 @@ static tc_tensor *cuda_matmul(const eager_call *c)
                          : tensor_ref(c->in[1]);
   sa = sa < 0 ? m * k : sa;
   sb = sb < 0 ? k * n : sb;
-  tc_tensor *ca = wa ? gemm_operand(c, wa) : NULL;
-  tc_tensor *cb = wb ? gemm_operand(c, wb) : NULL;
-  tc_tensor *out = ca && cb ? tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim,
+  tc_tensor *ca = wa ? gemm_operand(c, wa, dt) : NULL;
+  tc_tensor *cb = wb ? gemm_operand(c, wb, dt) : NULL;
+  tc_tensor *out = ca && cb ? tensor_new_on(TC_DEV_CUDA, dt, c->ndim,
                                             c->shape) : NULL;
-  if (out && jcuda_gemm(c->dtype, m, n, k, batch,
+  if (out && jcuda_gemm(dt, m, n, k, batch,
                         (jcuda_ptr)(uintptr_t)tensor_ptr(ca), sa,
                         (jcuda_ptr)(uintptr_t)tensor_ptr(cb), sb,
                         (jcuda_ptr)(uintptr_t)tensor_ptr(out), m * n) < 0) {
@@ -557,6 +559,15 @@ static tc_tensor *cuda_matmul(const eager_call *c)
   tensor_unref(wb);
   tensor_unref(ca);
   tensor_unref(cb);
+  if (out && dt != c->dtype) {   /* rounded to the storage dtype */
+    eager_call cast = { .op = TC_OP_CAST, .fn = c->fn, .nin = 1,
+                        .in = { out }, .dtype = c->dtype,
+                        .cdtype = c->dtype, .ndim = c->ndim };
+    memcpy(cast.shape, c->shape, sizeof(int64_t) * (size_t)c->ndim);
+    tc_tensor *narrow = run_one_node(&cast, TC_OP_CAST, NULL);
+    tensor_unref(out);
+    out = narrow;
+  }
   return out;
 }
 

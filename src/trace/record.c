@@ -566,17 +566,14 @@ static tc_tensor *trace_eager(const eager_call *c)
 }
 
 /* Ops that have no CUDA kernel step yet (cumsum, topk, scatter_add,
-** multinomial, and matmul of dtypes other than f32 and f64) are not
-** recorded on the device: they run at the call, as eagerly, and fail there
-** with eager's message. The other extern ops are steps of a region that
-** run their CUDA handlers. */
+** multinomial) are not recorded on the device: they run at the call, as
+** eagerly, and fail there with eager's message. The other extern ops are
+** steps of a region that run their CUDA handlers. */
 static bool recordable_on_cuda(const eager_call *c)
 {
   switch (c->op) {
-  case TC_OP_MATMUL:
-    return c->dtype == TC_F32 || c->dtype == TC_F64;
-  case TC_OP_CONTIGUOUS: case TC_OP_CAT: case TC_OP_TAKE: case TC_OP_GATHER:
-  case TC_OP_ARGMAX: case TC_OP_ARGMIN:
+  case TC_OP_MATMUL: case TC_OP_CONTIGUOUS: case TC_OP_CAT: case TC_OP_TAKE:
+  case TC_OP_GATHER: case TC_OP_ARGMAX: case TC_OP_ARGMIN:
     return true;
   default:
     return op_table[c->op].kind != OPK_EX;

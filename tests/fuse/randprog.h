@@ -192,6 +192,9 @@ extern volatile rp_where rp_now;
 ** entries, freed with rp_obs_free). Releases everything it made and syncs
 ** before it returns. */
 void rp_run(const rp_prog *p, const uint8_t *on, int inst, rp_obs *obs);
+/* Run tc_data reads as tc_copy_to reads (in every mode): a run on the CUDA
+** device has no host pointers to compare against the CPU's. */
+extern bool rp_data_as_copy;
 void rp_obs_free(rp_obs *obs, int n);
 
 /* First step whose observations differ (status, error text, shape, dtype or

@@ -123,8 +123,12 @@ static double scal(const rp_step *s, double x, int inst)
   return s->vary ? x * (1.0 + 0.25 * inst) : x;
 }
 
+bool rp_data_as_copy;
+
 static void do_read(rp_obs *o, tc_tensor *t, int how)
 {
+  if (how == RP_RD_DATA && rp_data_as_copy)
+    how = RP_RD_COPY;
   size_t esz = t ? tc_dtype_size(tc_dtype_of(t)) : 0;
   size_t nb = t ? (size_t)tc_numel(t) * esz : 0;
   if (t) {

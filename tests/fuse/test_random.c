@@ -58,6 +58,7 @@
 #include <cmocka.h>
 
 #include "../../src/trace/trace.h"
+#include "../../src/eager/gemm.h"
 #include "randprog.h"
 
 extern char **environ;
@@ -77,6 +78,7 @@ typedef struct {
   uint64_t replays;         /* regions realized by op-level replay */
   long fallback_programs;   /* programs with a compile failure */
   long steps, error_steps;  /* steps run; steps that failed (eagerly) */
+  long skipped;             /* structures not run (on_device) */
 } totals;
 
 /* -- Crash reports ------------------------------------------------------- */
@@ -205,6 +207,25 @@ static int verbose_level;
 static int loops = 1;
 /* Size assignments run per structure (TC_RANDOM_INSTANCES; default all). */
 static int max_instances = RP_MAXINST;
+/* TC_RANDOM_DEVICE=cuda (through the fake driver of tests/jit_cuda/fake):
+** the compiled runs make every tensor on the CUDA device
+** (tc_set_default_device) and must still give the CPU eager run's
+** observations bit for bit; tc_data reads are copies in both runs.
+** Skipped there: programs with a cumsum (no CUDA kernel yet), and with a
+** matmul unless the CPU's GEMM is the fma chain the fake cuBLAS computes
+** (a real cuBLAS sums in its own order, NUMERICS.md). */
+static bool on_device;
+
+static bool device_can_run(const rp_prog *p, const uint8_t *on)
+{
+  bool fma_chain = eager_gemm_path_fma(eager_gemm_path());
+  for (int i = 0; i < p->nsteps; i++)
+    if (on[i] && ((p->step[i].op == RP_MATMUL && !fma_chain) ||
+                  (p->step[i].op == RP_REDUCE &&
+                   p->step[i].k == RP_R_CUMSUM)))
+      return false;
+  return true;
+}
 
 static int instances(uint64_t seed)
 {
@@ -232,11 +253,14 @@ static int run_both(const rp_prog *p, const uint8_t *on, int inst,
   for (int k = 0; k < loops && d < 0; k++) {
     rp_now.compiled = true;
     tc_compile_set(true);
+    if (on_device && tc_set_default_device("cuda") < 0)
+      fail_msg("TC_RANDOM_DEVICE=cuda: %s", tc_last_error());
     tc_stats s0, s1;
     tc_stats_get(&s0);
     uint64_t r0 = trace_replay_count();
     rp_run(p, on, inst, obs_c);
     tc_stats_get(&s1);
+    tc_set_default_device("cpu");
     tc_compile_set(false);
     rp_now.compiled = false;
     compiled |= s1.regions_compiled > s0.regions_compiled;
@@ -616,7 +640,9 @@ static void run_all(const config *cf, totals *t)
     ** after the last, so shrinking does not disturb the tables. */
     int fj = -1, fd = -1;
     char fwhy[512], fkind = 0;
-    int ninst = instances(seed);
+    int ninst = on_device && !device_can_run(&prog, prog_on) ? 0
+                : instances(seed);
+    t->skipped += ninst == 0;
     for (int j = 0; j < ninst; j++) {
       char why[512], kind = 0;
       int d = run_both(&prog, prog_on, j, t, why, sizeof why, &kind);
@@ -661,6 +687,11 @@ static void run_all(const config *cf, totals *t)
          t->failed_seeds,
          t->kernels, t->compile_failures, t->fallback_programs,
          t->guard_failures, t->replays, t->steps, t->error_steps, s);
+  if (on_device)
+    printf("random programs on the CUDA device: %ld structures skipped (a "
+           "cumsum, or a matmul%s)\n", t->skipped,
+           eager_gemm_path_fma(eager_gemm_path()) ? " never: the CPU's GEMM is "
+           "the fake cuBLAS's fma chain" : "");
   fflush(stdout);
 }
 
@@ -827,6 +858,9 @@ int main(int argc, char **argv)
   max_instances = (int)env_long("TC_RANDOM_INSTANCES", RP_MAXINST);
   if (max_instances < 1)
     max_instances = 1;
+  const char *device = getenv("TC_RANDOM_DEVICE");
+  on_device = device && strcmp(device, "cuda") == 0;
+  rp_data_as_copy = on_device;
   const char *avoid = getenv("TC_RANDOM_AVOID");
   if (avoid && strstr(avoid, "zerod"))
     rp_avoid |= RP_AVOID_ZEROD;

@@ -3,8 +3,12 @@
 ** driver's device memory is host memory (its addresses tagged, devtag.h),
 ** so a strided-batched gemm is a naive host loop (column-major, as cuBLAS;
 ** no transposes: tc asks for none). Only the entry points tc calls
-** (src/jit_cuda/cublas.c).
+** (src/jit_cuda/cublas.c). Each element is the CPU's own chain (gemm.h:
+** s = fma(a, b, s) over k in order from +0, as its AVX2 and AVX-512 paths
+** compute), so a program with a matmul can be compared bit for bit with
+** the CPU through the fake; a real cuBLAS sums in its own order.
 */
+#include <math.h>
 #include <stdlib.h>
 
 #include "fake.h"
@@ -32,7 +36,7 @@ int cublasSetStream_v2(void *h, void *stream)
 }
 
 /* C[i] = alpha A[i] B[i] + beta C[i], column-major, one chain over k. */
-#define GEMM(T, NAME)                                                        \
+#define GEMM(T, FMA, NAME)                                                   \
   int NAME(void *h, int ta, int tb, int m, int n, int k, const T *alpha,     \
            const T *a, int lda, long long sa, const T *b, int ldb,           \
            long long sb, const T *beta, T *c, int ldc, long long sc,         \
@@ -51,13 +55,13 @@ int cublasSetStream_v2(void *h, void *stream)
         for (int i = 0; i < m; i++) {                                        \
           T acc = 0;                                                         \
           for (int p = 0; p < k; p++)                                        \
-            acc += a[q * sa + i + (long long)p * lda] *                      \
-                   b[q * sb + p + (long long)j * ldb];                       \
+            acc = FMA(a[q * sa + i + (long long)p * lda],                    \
+                      b[q * sb + p + (long long)j * ldb], acc);              \
           T *out = &c[q * sc + i + (long long)j * ldc];                      \
-          *out = *alpha * acc + (*beta != 0 ? *beta * *out : 0);             \
+          *out = *beta != 0 ? *alpha * acc + *beta * *out : *alpha * acc;    \
         }                                                                    \
     return OK;                                                               \
   }
 
-GEMM(float, cublasSgemmStridedBatched)
-GEMM(double, cublasDgemmStridedBatched)
+GEMM(float, fmaf, cublasSgemmStridedBatched)
+GEMM(double, fma, cublasDgemmStridedBatched)
