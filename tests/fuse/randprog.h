@@ -79,8 +79,15 @@ enum {
   RP_SCOPE_END,
   RP_KEEP,         /* in 0 */
   RP_RELEASE,      /* in 0 */
+  RP_GATHER,       /* k: RP_G_*; in 0 the table; dim; s1 the index's seed */
   RP__NOPS
 };
+
+/* GATHER: tc_gather along dim with an index of the table's shape, or
+** tc_index_select with a 1-D index of the dim's size; either way the
+** result has the table's shape. The index is drawn when the step runs,
+** uniform in [0, size along dim) (rp_index). */
+enum { RP_G_GATHER, RP_G_INDEX_SELECT, RP_G__N };
 
 enum { RP_U_NEG, RP_U_ABS, RP_U_EXP, RP_U_LOG, RP_U_SQRT, RP_U_RSQRT,
        RP_U_SIN, RP_U_COS, RP_U_TANH, RP_U_SIGMOID, RP_U_RELU, RP_U_GELU,
@@ -133,6 +140,10 @@ typedef struct {
 } rp_prog;
 
 /* -- Generator ----------------------------------------------------------- */
+
+/* Generate GATHER steps too (TC_RANDOM_INDEXING=1). Off, every seed's
+** program is what it was before the step existed. */
+extern bool rp_indexing;
 
 /* Program features to leave out, to look past a known defect (it changes
 ** the programs of every seed). Set from TC_RANDOM_AVOID, a comma list of
@@ -195,6 +206,8 @@ void rp_run(const rp_prog *p, const uint8_t *on, int inst, rp_obs *obs);
 /* Run tc_data reads as tc_copy_to reads (in every mode): a run on the CUDA
 ** device has no host pointers to compare against the CPU's. */
 extern bool rp_data_as_copy;
+/* GATHER's index for table t along dim (a new tensor, or NULL). */
+tc_tensor *rp_index(tc_tensor *t, int dim, int kind, uint64_t seed);
 void rp_obs_free(rp_obs *obs, int n);
 
 /* First step whose observations differ (status, error text, shape, dtype or

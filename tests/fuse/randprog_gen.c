@@ -768,6 +768,23 @@ static void act_reduce(gen *g)
     read_op(g, r, rand_read(g, r));
 }
 
+bool rp_indexing;
+
+/* A gather or an index_select of a float value along a random dim. */
+static void act_gather(gen *g)
+{
+  int a = pick(g, PF_FLOAT);
+  if (a < 0 || g->p->val[a].shape.ndim == 0)
+    return;
+  const rp_shape *x = &g->p->val[a].shape;
+  rp_step *s = emit(g, RP_GATHER);
+  s->in[0] = (int16_t)a;
+  s->k = (uint8_t)rn(&g->r, RP_G__N);
+  s->dim = (int8_t)rand_dim(g, x->ndim);
+  s->s1 = (double)(g->seeds++ % 1000003);
+  result(g, s, *x, g->p->val[a].dtype);
+}
+
 static void act_composite(gen *g)
 {
   int a = pick(g, PF_FLOAT | (rp_avoid & RP_AVOID_ZEROD ? PF_RANK1 : 0));
@@ -1466,14 +1483,16 @@ void rp_generate(rp_prog *p, uint64_t seed)
   int target = u < 30 ? 6 + (int)rn(&g->r, 10)
                : u < 65 ? 16 + (int)rn(&g->r, 24)
                         : 40 + (int)rn(&g->r, 50);
-  static const struct { void (*fn)(gen *); int w; } acts[] = {
+  struct { void (*fn)(gen *); int w; } acts[] = {
     { act_unary, 10 }, { act_binary, 12 }, { act_scalar, 6 },
     { act_select, 5 }, { act_cast, 3 }, { act_reduce, 8 },
     { act_zero_d, 5 }, { act_composite, 5 }, { act_matmul, 4 },
     { act_view, 12 }, { act_inplace, 10 }, { act_rowchain, 5 },
     { act_optimizer, 3 }, { act_write_read, 3 }, { act_read, 5 },
     { act_scope, 3 }, { act_release, 3 }, { act_error, 2 },
+    { act_gather, 0 },   /* weight set below: 0 keeps the old programs */
   };
+  acts[sizeof acts / sizeof acts[0] - 1].w = rp_indexing ? 4 : 0;
   int wsum = 0;
   for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
     wsum += acts[i].w;

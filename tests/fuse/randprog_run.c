@@ -125,6 +125,25 @@ static double scal(const rp_step *s, double x, int inst)
 
 bool rp_data_as_copy;
 
+tc_tensor *rp_index(tc_tensor *t, int dim, int kind, uint64_t seed)
+{
+  int nd = tc_ndim(t), d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd)
+    return NULL;
+  int64_t sh[TC_MAX_DIMS], n = tc_size(t, d);
+  for (int i = 0; i < nd; i++)
+    sh[i] = tc_size(t, i);
+  tc_tensor *u = kind == RP_G_GATHER ? tc_rand(TC_F64, nd, sh, seed)
+                                     : tc_rand(TC_F64, 1, &n, seed);
+  tc_tensor *x = tc_mul_scalar(u, (double)n);
+  tc_tensor *f = tc_floor(x);
+  tc_tensor *i = tc_cast(f, TC_I64);
+  tc_release(u);
+  tc_release(x);
+  tc_release(f);
+  return i;
+}
+
 static void do_read(rp_obs *o, tc_tensor *t, int how)
 {
   if (how == RP_RD_DATA && rp_data_as_copy)
@@ -214,6 +233,13 @@ void rp_run(const rp_prog *p, const uint8_t *on, int inst, rp_obs *obs)
     case RP_CAST: r = tc_cast(a, (tc_dtype)s->dtype); break;
     case RP_REDUCE: r = reduce_f[s->k](a, s->dim, s->keepdim); break;
     case RP_SUM_ALL: r = tc_sum_all(a); break;
+    case RP_GATHER: {
+      tc_tensor *ix = rp_index(a, s->dim, s->k, (uint64_t)s->s1);
+      r = s->k == RP_G_GATHER ? tc_gather(a, s->dim, ix)
+                              : tc_index_select(a, s->dim, ix);
+      tc_release(ix);
+      break;
+    }
     case RP_SOFTMAX: r = tc_softmax(a, s->dim); break;
     case RP_LOG_SOFTMAX: r = tc_log_softmax(a, s->dim); break;
     case RP_LAYER_NORM: r = tc_layer_norm(a, b, c, s->s0); break;
@@ -500,6 +526,11 @@ void rp_print_step(const rp_prog *p, int i, FILE *out)
             s->keepdim ? "true" : "false");
     break;
   case RP_SUM_ALL: fprintf(out, "tc_sum_all(v%d)", a); break;
+  case RP_GATHER:
+    fprintf(out, "%s(v%d, %d, rp_index(v%d, %d, %d, %.0f))",
+            s->k == RP_G_GATHER ? "tc_gather" : "tc_index_select", a, s->dim,
+            a, s->dim, s->k, s->s1);
+    break;
   case RP_SOFTMAX: fprintf(out, "tc_softmax(v%d, %d)", a, s->dim); break;
   case RP_LOG_SOFTMAX:
     fprintf(out, "tc_log_softmax(v%d, %d)", a, s->dim);
@@ -650,6 +681,17 @@ void rp_print_c(const rp_prog *p, const uint8_t *on, const int *insts,
 "#define show_item(t) do { double x_; \\\n"
 "    if (tc_item(t, &x_) == 0) printf(\"%%s: %%a\\n\", #t, x_); \\\n"
 "    else printf(\"%%s: error: %%s\\n\", #t, tc_last_error()); } while (0)\n\n"
+"/* GATHER's index (randprog_run.c: rp_index): uniform in [0, size) */\n"
+"static tc_tensor *rp_index(tc_tensor *t, int dim, int kind, uint64_t seed)\n"
+"{\n"
+"  int nd = tc_ndim(t), d = dim < 0 ? dim + nd : dim;\n"
+"  if (d < 0 || d >= nd) return NULL;\n"
+"  int64_t sh[8], n = tc_size(t, d);\n"
+"  for (int i = 0; i < nd; i++) sh[i] = tc_size(t, i);\n"
+"  tc_tensor *u = kind == 0 ? tc_rand(TC_F64, nd, sh, seed)\n"
+"                           : tc_rand(TC_F64, 1, &n, seed);\n"
+"  return tc_cast(tc_floor(tc_mul_scalar(u, (double)n)), TC_I64);\n"
+"}\n\n"
 "static void prog(int64_t R, int64_t C, int64_t K, int64_t B, double sc)\n"
 "{\n"
 "  (void)R; (void)C; (void)K; (void)B; (void)sc;\n",

@@ -860,6 +860,7 @@ int main(int argc, char **argv)
   const char *device = getenv("TC_RANDOM_DEVICE");
   on_device = device && strcmp(device, "cuda") == 0;
   rp_data_as_copy = on_device;
+  rp_indexing = env_long("TC_RANDOM_INDEXING", 0) != 0;
   const char *avoid = getenv("TC_RANDOM_AVOID");
   if (avoid && strstr(avoid, "zerod"))
     rp_avoid |= RP_AVOID_ZEROD;
