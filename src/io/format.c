@@ -293,10 +293,9 @@ static void body(out_buf *o, fmt *f)
     nested(o, f, 0, t->offset, (int)strlen(PREFIX));
 }
 
-/* PyTorch's suffixes: dtype when not a default one (f32, i64, bool), and
-** for an empty tensor its size (unless 1-D) and any dtype but f32. */
-/* PyTorch's suffixes, in its order: the device (when not the CPU), then
-** an empty tensor's size, then the dtype where it is not implied. */
+/* PyTorch's suffixes, in its order: the device (when not the CPU); for an
+** empty tensor its size (unless 1-D) and any dtype but f32; else the dtype
+** when not a default one (f32, i64, bool). */
 static int suffixes(const tc_tensor *t, bool cuda, char (*sufs)[SUFFIX_MAX])
 {
   int ns = 0;
