@@ -433,7 +433,8 @@ TC_API int tc_print(tc_tensor *t);
 /* Writes tensors under names to path in the safetensors format (names
 ** unique, UTF-8, not "__metadata__"), atomically: a temporary file beside
 ** path is renamed over it, so a file that is mapped stays intact. Lazy
-** tensors are computed first. 0, or -1 with the error set (no file made). */
+** tensors are computed first; device tensors are copied back one at a time
+** as they are written. 0, or -1 with the error set (no file made). */
 TC_API int tc_save(const char *path, int n, const char *const *names,
                    tc_tensor *const *tensors);
 /* tc_save with a "__metadata__" map of nmeta string pairs. */

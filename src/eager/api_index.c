@@ -44,8 +44,7 @@ static tc_tensor *host_values(tc_tensor *t, tc_dtype dt)
 {
   if (tensor_make_readable(t) < 0)
     return NULL;
-  tc_tensor *h = tensor_device_of(t) == TC_DEV_CPU ? tensor_ref(t)
-                 : eager_cuda_to_host(t);
+  tc_tensor *h = eager_on_host(t);
   if (!h)
     return NULL;
   tc_tensor *v = tensor_is_contiguous(h) && h->dtype == dt

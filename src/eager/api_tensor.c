@@ -275,6 +275,25 @@ static bool materialized(const char *fn, tc_tensor *t)
   return true;
 }
 
+/* t's values (a host tensor) in C order into dst (want bytes). */
+static void copy_out(const tc_tensor *t, void *dst, size_t want)
+{
+  if (tensor_is_contiguous(t)) {
+    memcpy(dst, tensor_ptr(t), want);
+    return;
+  }
+  /* Gather straight into the caller's buffer through a borrowed storage. */
+  tensor_storage s = { .device = TC_DEV_CPU, .nbytes = want, .data = dst };
+  atomic_init(&s.refs, 1);
+  tc_tensor out = *t;
+  atomic_init(&out.refs, 1);
+  out.storage = &s;
+  out.offset = 0;
+  out.scope_slot = -1;
+  tensor_contiguous_strides(t->ndim, t->shape, out.stride);
+  eager_copy_into(&out, t);
+}
+
 int tc_copy_to(tc_tensor *t, void *dst, size_t nbytes)
 {
   const char *fn = __func__;
@@ -289,27 +308,11 @@ int tc_copy_to(tc_tensor *t, void *dst, size_t nbytes)
     return tc_seterr_null(fn), -1;
   if (want == 0)
     return 0;
-  if (tensor_device_of(t) != TC_DEV_CPU) {   /* copied back, then out */
-    tc_tensor *h = eager_cuda_to_host(t);
-    if (h)
-      memcpy(dst, tensor_ptr(h), want);
-    tensor_unref(h);
-    return h ? 0 : -1;
-  }
-  if (tensor_is_contiguous(t)) {
-    memcpy(dst, tensor_ptr(t), want);
-    return 0;
-  }
-  /* Gather straight into the caller's buffer through a borrowed storage. */
-  tensor_storage s = { .device = TC_DEV_CPU, .nbytes = want, .data = dst };
-  atomic_init(&s.refs, 1);
-  tc_tensor out = *t;
-  atomic_init(&out.refs, 1);
-  out.storage = &s;
-  out.offset = 0;
-  out.scope_slot = -1;
-  tensor_contiguous_strides(t->ndim, t->shape, out.stride);
-  eager_copy_into(&out, t);
+  tc_tensor *h = eager_on_host(t);   /* a device tensor comes back first */
+  if (!h)
+    return -1;
+  copy_out(h, dst, want);
+  tensor_unref(h);
   return 0;
 }
 
@@ -324,8 +327,7 @@ int tc_item(tc_tensor *t, double *out)
   if (t->numel != 1)
     return tc_seterr(TC_E_SHAPE, "%s: tensor has %lld elements, not 1", fn,
                      (long long)t->numel), -1;
-  tc_tensor *h = tensor_device_of(t) == TC_DEV_CPU ? tensor_ref(t)
-                 : eager_cuda_to_host(t);
+  tc_tensor *h = eager_on_host(t);
   if (!h)
     return -1;
   eager_convert(TC_F64, out, 1, (tc_dtype)t->dtype, tensor_ptr(h), 1, 1);

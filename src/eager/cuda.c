@@ -123,6 +123,12 @@ tc_tensor *eager_cuda_to_host(tc_tensor *t)
   return c;
 }
 
+tc_tensor *eager_on_host(tc_tensor *t)
+{
+  return tensor_device_of(t) == TC_DEV_CPU ? tensor_ref(t)
+                                           : eager_cuda_to_host(t);
+}
+
 /* -- Kernels: compiled on first use, kept by their code ---------------------
 ** Every kernel here is shape-dynamic (sizes and strides are arguments), so
 ** kernels with the same code (kir_same_code) are one kernel: a call finds

@@ -120,6 +120,10 @@ void eager_register_cuda(void);
 ** (t on CUDA: a new contiguous CPU tensor); NULL with the error set. */
 tc_tensor *eager_cuda_from_host(const char *fn, tc_tensor *t);
 tc_tensor *eager_cuda_to_host(tc_tensor *t);
+/* t's values where the host can read them: a new reference to t on the
+** CPU, a host copy (eager_cuda_to_host) of a device tensor. t must be
+** materialized. NULL with the error set. */
+tc_tensor *eager_on_host(tc_tensor *t);
 /* Wait for the work queued on the device (none used: returns at once). */
 int eager_cuda_sync(void);
 /* The disk store for the one-op CUDA kernels. The store is in cache,

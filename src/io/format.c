@@ -360,7 +360,7 @@ int tc_format(tc_tensor *t, char *buf, size_t size)
     return tc_seterr_null(__func__), -1;
   /* a device tensor's values are read from a copy on the host */
   bool cuda = tensor_device_of(t) == TC_DEV_CUDA;
-  tc_tensor *h = cuda ? eager_cuda_to_host(t) : tensor_ref(t);
+  tc_tensor *h = eager_on_host(t);
   if (!h)
     return -1;
   out_buf o = { .buf = buf, .size = size };

@@ -587,9 +587,6 @@ static int save_check(const char *fn, int n, const char *const *names,
       return tc_seterr(TC_E_DTYPE, "%s: tensor \"%s\": dtype %s has no "
                        "safetensors name", fn, names[i],
                        tc_dtype_name((tc_dtype)tensors[i]->dtype)), -1;
-    if (tensors[i]->storage && tensors[i]->storage->device != TC_DEV_CPU)
-      return tc_seterr(TC_E_DEVICE, "%s: tensor \"%s\" is not on the CPU",
-                       fn, names[i]), -1;
   }
   for (int i = 0; i < nmeta; i++)
     if (!string_ok(fn, "metadata key", i, keys[i]) ||
@@ -664,16 +661,20 @@ static int write_all(int fd, const void *p, size_t n)
 
 /* One tensor's bytes in C order: straight from its storage when
 ** contiguous, else through a contiguous copy. */
-static int write_tensor(int fd, const tc_tensor *t)
+/* t's bytes in C order; a device tensor's from a host copy. 0; -1 with
+** errno set (a write failed); -2 with tc's error set (no host copy). */
+static int write_tensor(int fd, tc_tensor *t)
 {
   size_t nbytes = (size_t)t->numel * tensor_dtype_size[t->dtype];
   if (nbytes == 0)
     return 0;
-  if (tensor_is_contiguous(t))
-    return write_all(fd, tensor_ptr(t), nbytes);
-  tc_tensor *c = eager_contiguous_copy(t, (tc_dtype)t->dtype);
+  tc_tensor *h = eager_on_host(t);
+  tc_tensor *c = !h || tensor_is_contiguous(h) ? h
+                 : eager_contiguous_copy(h, (tc_dtype)h->dtype);
+  if (c != h)
+    tensor_unref(h);
   if (!c)
-    return errno = ENOMEM, -1;
+    return -2;
   int rc = write_all(fd, tensor_ptr(c), nbytes);
   tensor_unref(c);
   return rc;
@@ -719,10 +720,11 @@ static int write_file(const char *fn, const char *path, const text *hdr,
     rc = -1, err = errno;
   if (rc < 0) {
     unlink(tmp);
-    tc_seterr(TC_E_ARG, "%s: %s: %s", fn, path, strerror(err));
+    if (rc == -1)
+      tc_seterr(TC_E_ARG, "%s: %s: %s", fn, path, strerror(err));
   }
   free(tmp);
-  return rc;
+  return rc < 0 ? -1 : 0;
 }
 
 int tc_save_meta(const char *path, int n, const char *const *names,

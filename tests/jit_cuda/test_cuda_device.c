@@ -166,6 +166,35 @@ static void test_print_on_cuda(void **state)
   tc_scope_end(mark);
 }
 
+/* tc_save writes a device tensor's values (strided or not, any dtype) as
+** it writes its CPU copy's; the file loads back on the CPU */
+static void test_save_from_cuda(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *h = randn(6, 5, 40);
+  tc_tensor *hs[] = { h, tc_transpose(h, 0, 1), tc_cast(h, TC_BF16),
+                      tc_arange(TC_I64, 0, 7, 1) };
+  tc_tensor *ds[4];
+  for (int i = 0; i < 4; i++)
+    ds[i] = i == 1 ? tc_transpose(ds[0], 0, 1) : dev(hs[i]);
+  const char *names[] = { "w", "w_t", "w_bf16", "steps" };
+  const char *path = "test_cuda_device_save.safetensors";
+  if (tc_save(path, 4, names, ds) != 0)
+    fail_msg("%s", tc_last_error());
+  tc_file *f = tc_load(path);
+  assert_non_null(f);
+  for (int i = 0; i < 4; i++) {
+    tc_tensor *got = tc_file_get(f, names[i]);
+    assert_int_equal(tc_ndim(got), tc_ndim(hs[i]));
+    assert_int_equal(tc_size(got, 0), tc_size(hs[i], 0));
+    assert_same_bits(hs[i], got);
+  }
+  tc_file_close(f);
+  remove(path);
+  tc_scope_end(mark);
+}
+
 static void test_data_on_cuda_is_an_error(void **state)
 {
   (void)state;
@@ -743,6 +772,7 @@ int main(void)
     cmocka_unit_test(test_to_views_and_item),
     cmocka_unit_test(test_data_on_cuda_is_an_error),
     cmocka_unit_test(test_print_on_cuda),
+    cmocka_unit_test(test_save_from_cuda),
     cmocka_unit_test(test_allocator_reuses_blocks),
     cmocka_unit_test(test_default_device),
     cmocka_unit_test(test_driver_errors_carry_its_string),
