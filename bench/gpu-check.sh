@@ -15,6 +15,9 @@
 #   4b. a stories15M-shaped Llama (random weights) decoding 64 tokens on
 #      the device, eager and compiled (examples/llama.c -d cuda): tokens/s
 #      and whether both modes chose the same tokens
+#   4c. the character-level GPT of examples/train_gpt.c trained for 30
+#      AdamW steps on the device, eager and compiled: ms/step and whether
+#      both modes' losses are bitwise equal
 #   5. NVRTC + ptxas on every kernel the fusion tests and a sample of random
 #      programs generate, for sm_90, with the kernels' CUDA C also run on the
 #      host against eager (tests/jit_cuda)
@@ -90,6 +93,13 @@ if [ -x "$build/examples/llama" ] &&
     -n 64 -d cuda >> "$out/llama.txt" 2>&1
   note "llama on the device: $(grep -E 'tokens/s|identical|DIFFER|llama:' "$out/llama.txt" | tr '\n' ';')"
   rm -f "$out/stories15M.safetensors"
+fi
+
+# 4c. A GPT trained on the device (embedding gradients by scatter_add)
+if [ -x "$build/examples/train_gpt" ]; then
+  timeout 60 "$build/examples/train_gpt" -n 30 -k 10 -g 40 -D cuda \
+    > "$out/train-gpt.txt" 2>&1
+  note "gpt training on the device (rc $?): $(grep -E 'ms/step|bitwise|DIFFER|speedup|train_gpt:' "$out/train-gpt.txt" | tr '\n' ';')"
 fi
 
 # 5. NVRTC + ptxas on the suite's kernels, and host execution against eager

@@ -64,7 +64,8 @@ void gpt_batch(const uint8_t *ids, size_t n, int batch, int ctx,
 /* Appends n tokens to out[0..nprompt) (the prompt, nprompt >= 1), each
 ** drawn with tc_multinomial from softmax(logits / temperature) at the last
 ** position of a fixed [1, ctx] window (the last ctx tokens, zero-padded on
-** the right: the mask makes the padding invisible), with grad mode off.
+** the right: the mask makes the padding invisible), with grad mode off;
+** on a CUDA model the probabilities are copied to the CPU for the draw.
 ** out has room for nprompt + n. 0, or -1 with tc's error set. */
 int gpt_sample(gpt_model *m, int *out, int nprompt, int n,
                double temperature, uint64_t seed);

@@ -6,6 +6,7 @@
 **   train_gpt [TEXT] [-n STEPS] [-s SEED] [-m eager|compiled|both]
 **             [-k PRINT_EVERY] [-b BATCH] [-c CONTEXT] [-d DIM] [-l LAYERS]
 **             [-H HEADS] [-r LR] [-g SAMPLE_CHARS] [-t TEMPERATURE]
+**             [-D cpu|cuda]
 **
 ** Defaults: /usr/share/common-licenses/GPL-3 (every Debian machine has it),
 ** 200 steps, seed 1, both, 4 layers, dim 128, 4 heads, context 64, batch
@@ -15,7 +16,10 @@
 ** exits 1 unless every step's loss is bitwise the same in both (and the
 ** samples too). It also exits 1 when training over at least 8 steps does
 ** not lower the loss (the mean of the last quarter against the first).
-** Each mode reports ms/step and kernels launched per step.
+** Each mode reports ms/step and kernels launched per step. `-D cuda`
+** makes the model, its optimizer state and every batch on the GPU (the
+** default device), so training runs there; the sample is drawn on the
+** CPU from the probabilities copied back (gpt_sample).
 */
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +32,7 @@
 #include "gpt_model.h"
 
 typedef struct {
-  const char *text, *mode;
+  const char *text, *mode, *device;
   int steps, every, sample_chars;
   uint64_t seed;
   double temperature;
@@ -221,7 +225,8 @@ static int usage(void)
           "[-m eager|compiled|both] [-k PRINT_EVERY]\n"
           "                 [-b BATCH] [-c CONTEXT] [-d DIM] [-l LAYERS] "
           "[-H HEADS] [-r LR]\n"
-          "                 [-g SAMPLE_CHARS] [-t TEMPERATURE]\n");
+          "                 [-g SAMPLE_CHARS] [-t TEMPERATURE] "
+          "[-D cpu|cuda]\n");
   return 2;
 }
 
@@ -229,6 +234,7 @@ int main(int argc, char **argv)
 {
   options o = {
     .text = "/usr/share/common-licenses/GPL-3", .mode = "both",
+    .device = "cpu",
     .steps = 200, .every = 10, .sample_chars = 200, .seed = 1,
     .temperature = 0.8,
     .c = { .ctx = 64, .dim = 128, .layers = 4, .heads = 4, .batch = 16,
@@ -256,6 +262,7 @@ int main(int argc, char **argv)
     case 'r': o.c.lr = atof(v); break;
     case 'g': o.sample_chars = atoi(v); break;
     case 't': o.temperature = atof(v); break;
+    case 'D': o.device = v; break;
     default: return usage();
     }
   }
@@ -267,6 +274,8 @@ int main(int argc, char **argv)
       o.c.dim % o.c.heads)
     return usage();
 
+  if (tc_set_default_device(o.device) < 0)
+    die("-D");
   size_t n;
   uint8_t bytes[256];
   uint8_t *ids = load_text(o.text, &n, bytes, &o.c.vocab);
@@ -275,10 +284,10 @@ int main(int argc, char **argv)
     return 2;
   }
   printf("train_gpt: %s: %zu bytes, vocab %d; %d layers, dim %d, %d heads, "
-         "context %d, batch %d; AdamW lr %g; %d steps, seed %llu, %d threads\n",
-         o.text, n, o.c.vocab, o.c.layers, o.c.dim, o.c.heads, o.c.ctx,
-         o.c.batch, o.c.lr, o.steps, (unsigned long long)o.seed,
-         tc_threads());
+         "context %d, batch %d; AdamW lr %g; %d steps, seed %llu, on %s, %d "
+         "threads\n", o.text, n, o.c.vocab, o.c.layers, o.c.dim, o.c.heads,
+         o.c.ctx, o.c.batch, o.c.lr, o.steps, (unsigned long long)o.seed,
+         o.device, tc_threads());
 
   run_log rl[2] = { log_new(&o), log_new(&o) };
   int rc = 0;

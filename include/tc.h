@@ -527,9 +527,12 @@ TC_API bool tc_cuda_available(void);
 ** cuda)", except that a 0-d CPU tensor is a scalar that may meet CUDA
 ** tensors (as in PyTorch). Autograd works on CUDA tensors. On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
 ** (even under TC_COMPILE), in-place ops too; matmul runs through cuBLAS
-** (f32, f64); other extern ops (argmax, argmin, cumsum, topk, ...) fail
-** with "... not available on cuda yet". */
+** (f32, f64, and the halves through f32); topk and multinomial fail with
+** "... not available on cuda yet". */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
+/* The device t is on: "cpu" or "cuda" (a lazy tensor's too); NULL for
+** NULL. */
+TC_API const char *tc_device(const tc_tensor *t);
 /* The device new tensors are made on: creation functions (tc_empty,
 ** tc_zeros, tc_ones, tc_full, tc_arange, tc_rand, tc_randn, tc_from_data)
 ** make their values on the CPU and, when the default is "cuda", return

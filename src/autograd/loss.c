@@ -23,21 +23,20 @@ tc_tensor *tc_cross_entropy(tc_tensor *logits, tc_tensor *targets)
     return NULL;
   }
   /* The smallest and largest target, read in place (one pass in C: no
-  ** region and no kernel launch for each training step's check). */
-  if (tensor_make_readable(targets) < 0)
+  ** region and no kernel launch for each training step's check); a device
+  ** tensor's from its copy on the host. */
+  tc_tensor *h = tensor_make_readable(targets) < 0 ? NULL
+                 : eager_on_host(targets);
+  if (!h)
     return NULL;
-  if (targets->storage->device != TC_DEV_CPU) {
-    tc_seterr(TC_E_ARG, "%s: targets must be on the CPU", fn);
-    return NULL;
-  }
   int64_t lo = 0, hi = 0;
-  const int64_t *tv = (const int64_t *)targets->storage->data +
-                      targets->offset;
+  const int64_t *tv = (const int64_t *)h->storage->data + h->offset;
   for (int64_t i = 0; i < n; i++) {
-    int64_t v = tv[i * targets->stride[0]];
+    int64_t v = tv[i * h->stride[0]];
     lo = i == 0 || v < lo ? v : lo;
     hi = i == 0 || v > hi ? v : hi;
   }
+  tensor_unref(h);
   size_t mark = tc_scope_begin();
   tc_tensor *loss = NULL;
   if (lo < 0 || hi >= k) {

@@ -597,6 +597,13 @@ tc_tensor *tc_to(tc_tensor *t, const char *device)
                                         : eager_cuda_to_host(t));
 }
 
+const char *tc_device(const tc_tensor *t)
+{
+  if (!t)
+    return NULL;
+  return tensor_device_of(t) == TC_DEV_CUDA ? "cuda" : "cpu";
+}
+
 static _Atomic int default_device = TC_DEV_CPU;
 
 int tc_set_default_device(const char *device)

@@ -688,6 +688,123 @@ static tc_tensor *cuda_argbest(const eager_call *c)
   return r;
 }
 
+/* -- Cumsum and scatter_add: sequential kernels -----------------------------
+** The CPU adds along the dim one element after another (reduce.c,
+** index.c). Here a thread per row does the same (kir.h's sequential
+** passes), so the sums are the CPU's bit for bit. The halves compute in
+** f32 and round the result, as half.c runs them on the CPU. */
+
+/* A shape-dynamic ROWS kernel over `shape` (ndim dims) with dim d as its
+** row axis: a 0-d shape is one row of one. */
+static kir_kernel *seq_kernel(const char *fn, int ndim, const int64_t *shape,
+                              int d)
+{
+  kir_kernel *k = kir_new();
+  if (!k) {
+    tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+    return NULL;
+  }
+  k->kind = KIR_ROWS;
+  k->dynamic = true;
+  for (int i = 0; i < ndim; i++)
+    if (i != d)
+      k->size[k->ndim++] = shape[i];
+  k->row_len = ndim ? shape[d] : 1;
+  return k;
+}
+
+/* A buffer of k for t, read at k's positions (t's strides, dim d last). */
+static int seq_buf(kir_kernel *k, kir_buf_role role, const tc_tensor *t,
+                   int d)
+{
+  kir_buf *b = &k->buf[k->nbufs];
+  *b = (kir_buf){ .role = (uint8_t)role, .dtype = t->dtype };
+  int n = 0;
+  for (int i = 0; i < t->ndim; i++)
+    if (i != d)
+      b->stride[n++] = t->stride[i];
+  b->stride[n] = t->ndim ? t->stride[d] : 0;
+  return k->nbufs++;
+}
+
+/* Run k (consumed) over the tensors of its buffers. */
+static int run_seq(const char *fn, kir_kernel *k, tc_tensor *const *ts)
+{
+  char *bufs[KIR_MAX_BUFS];
+  for (int b = 0; b < k->nbufs; b++)
+    bufs[b] = tensor_ptr(ts[b]);
+  kir_collapse(k, true);
+  int64_t dims[(TC_MAX_DIMS + 1) * (KIR_MAX_BUFS + 1)];
+  kir_dyn_fill(k, dims);
+  int rc = 0;
+  if (kir_units(k) > 0 && k->row_len > 0) {
+    jcuda_function f = eager_cuda_kernel(fn, k);
+    rc = f ? eager_cuda_launch(fn, f, k, bufs, (double[]){ 0 }, dims) : -1;
+  }
+  kir_free(k);
+  return rc;
+}
+
+/* t (on the device) as a new contiguous tensor of dtype dt. */
+static tc_tensor *cuda_copy_as(const eager_call *c, tc_tensor *t, tc_dtype dt)
+{
+  eager_call cc = { .op = TC_OP_CAST, .fn = c->fn, .nin = 1, .in = { t },
+                    .dtype = dt, .cdtype = dt, .ndim = t->ndim };
+  memcpy(cc.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return run_one_node(&cc, TC_OP_CAST, NULL);
+}
+
+static tc_tensor *cuda_cumsum(const eager_call *c)
+{
+  tc_tensor *x = c->in[0];
+  tc_tensor *out = tensor_new_on(TC_DEV_CUDA, c->dtype, c->ndim, c->shape);
+  kir_kernel *k = out ? seq_kernel(c->fn, x->ndim, x->shape, c->dim) : NULL;
+  if (!k)
+    return tensor_unref(out), NULL;
+  int bx = seq_buf(k, KIR_IN, x, c->dim);
+  int bo = seq_buf(k, KIR_OUT, out, c->dim);
+  int v = kir_cast(k, tensor_compute_of(c->dtype), kir_load(k, bx));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCAN, KIR_RED_SUM,
+                                      (int16_t)bo, v, -1 };
+  if (run_seq(c->fn, k, (tc_tensor *[]){ x, out }) < 0)
+    return tensor_unref(out), NULL;
+  return out;
+}
+
+/* a's copy (in the compute dtype), then src's values added into it at the
+** index positions, each row of the index (along dim) in order. */
+static tc_tensor *cuda_scatter_add(const eager_call *c)
+{
+  tc_tensor *a = c->in[0], *idx = c->in[1], *src = c->in[2];
+  int d = c->dim;
+  tc_dtype w = tensor_compute_of(c->dtype);
+  if (!kir_seq_dtype(w))
+    return tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s", c->fn,
+                     tc_dtype_name(c->dtype)), NULL;
+  tc_tensor *out = cuda_copy_as(c, a, w);
+  kir_kernel *k = out ? seq_kernel(c->fn, idx->ndim, idx->shape, d) : NULL;
+  if (!k)
+    return tensor_unref(out), NULL;
+  int bi = seq_buf(k, KIR_IN, idx, d), bs = seq_buf(k, KIR_IN, src, d);
+  int bo = seq_buf(k, KIR_OUT, out, d);
+  kir_buf *ob = &k->buf[bo];   /* the index picks the place along d */
+  ob->gather = true;
+  ob->gstride = ob->stride[k->ndim];
+  ob->gsize = out->ndim ? out->shape[d] : 1;
+  ob->stride[k->ndim] = 0;
+  int at = kir_cast(k, TC_I64, kir_load(k, bi));
+  int v = kir_cast(k, w, kir_load(k, bs));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCATTER, KIR_RED_SUM,
+                                      (int16_t)bo, v, at };
+  if (run_seq(c->fn, k, (tc_tensor *[]){ idx, src, out }) < 0)
+    return tensor_unref(out), NULL;
+  if (w == c->dtype)
+    return out;
+  tc_tensor *r = cuda_copy_as(c, out, c->dtype);
+  tensor_unref(out);
+  return r;
+}
+
 /* An in-place op: its twin computed into the target. A source that
 ** overlaps the target as another view is copied first (each point must
 ** read the values from before the write). */
@@ -777,6 +894,10 @@ static tc_tensor *cuda_dispatch(const eager_call *c)
     return cuda_cat(c);
   case TC_OP_ARGMAX: case TC_OP_ARGMIN:
     return cuda_argbest(c);
+  case TC_OP_CUMSUM:
+    return cuda_cumsum(c);
+  case TC_OP_SCATTER_ADD:
+    return cuda_scatter_add(c);
   default:
     break;
   }

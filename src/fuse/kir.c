@@ -131,6 +131,14 @@ int kir_cast(kir_kernel *k, tc_dtype dt, int a)
   return kir_emit(k, KOP_CAST, dt, a, -1, -1);
 }
 
+bool kir_sequential(const kir_kernel *k)
+{
+  for (int p = 0; p < k->npasses; p++)
+    if (k->pass[p].kind == KIR_PASS_SCAN || k->pass[p].kind == KIR_PASS_SCATTER)
+      return true;
+  return false;
+}
+
 /* -- Canonical text -------------------------------------------------------- */
 
 static const char *const red_name[] = { "sum", "max", "min" };
@@ -192,6 +200,12 @@ void kir_print(const kir_kernel *k, FILE *out)
     else if (ps->kind == KIR_PASS_REDUCE)
       fprintf(out, "  pass%d reduce %s %%%d\n", p, red_name[ps->red],
               ps->value);
+    else if (ps->kind == KIR_PASS_SCAN)
+      fprintf(out, "  pass%d scan %s %%%d, store buf%d\n", p,
+              red_name[ps->red], ps->value, ps->out);
+    else if (ps->kind == KIR_PASS_SCATTER)
+      fprintf(out, "  pass%d scatter %s buf%d at %%%d = %%%d\n", p,
+              red_name[ps->red], ps->out, ps->index, ps->value);
     else
       fprintf(out, "  pass%d store%s buf%d = %%%d\n", p,
               ps->kind == KIR_PASS_STORE_ROW ? "_row" : "", ps->out,
@@ -256,7 +270,9 @@ bool kir_same_code(const kir_kernel *a, const kir_kernel *b)
   for (int p = 0; p < a->npasses; p++)
     if (a->pass[p].kind != b->pass[p].kind || a->pass[p].red != b->pass[p].red
         || a->pass[p].out != b->pass[p].out ||
-        a->pass[p].value != b->pass[p].value)
+        a->pass[p].value != b->pass[p].value ||
+        (a->pass[p].kind == KIR_PASS_SCATTER &&
+         a->pass[p].index != b->pass[p].index))
       return false;
   return true;
 }
@@ -296,6 +312,8 @@ uint64_t kir_code_hash(const kir_kernel *k)
     h = mix(h, (uint64_t)ps->kind | (uint64_t)ps->red << 8 |
                (uint64_t)(uint16_t)ps->out << 16 |
                (uint64_t)(uint32_t)ps->value << 32);
+    if (ps->kind == KIR_PASS_SCATTER)
+      h = mix(h, (uint64_t)(uint32_t)ps->index);
   }
   return h;
 }
@@ -614,7 +632,7 @@ static void parse_pass(cursor *c, kir_kernel *k)
     return;
   }
   kir_pass *ps = &k->pass[k->npasses];
-  *ps = (kir_pass){ .out = -1 };
+  *ps = (kir_pass){ .out = -1, .index = -1 };
   expect(c, "  pass");
   number(c, k->npasses, k->npasses, "pass number");
   if (accept(c, " reduce ")) {
@@ -624,6 +642,22 @@ static void parse_pass(cursor *c, kir_kernel *k)
     ps->value = operand(c, k->ninstrs);
     if (accept(c, ", store "))
       ps->out = buf_ref(c, k);
+  } else if (accept(c, " scan ")) {
+    ps->kind = KIR_PASS_SCAN;
+    ps->red = (uint8_t)name_of(c, red_name, 3, "reduction");
+    expect(c, " ");
+    ps->value = operand(c, k->ninstrs);
+    expect(c, ", store ");
+    ps->out = buf_ref(c, k);
+  } else if (accept(c, " scatter ")) {
+    ps->kind = KIR_PASS_SCATTER;
+    ps->red = (uint8_t)name_of(c, red_name, 3, "reduction");
+    expect(c, " ");
+    ps->out = buf_ref(c, k);
+    expect(c, " at ");
+    ps->index = operand(c, k->ninstrs);
+    expect(c, " = ");
+    ps->value = operand(c, k->ninstrs);
   } else {
     ps->kind = accept(c, " store_row ") ? KIR_PASS_STORE_ROW
                                         : KIR_PASS_STORE;
@@ -659,12 +693,28 @@ static void check_kernel(cursor *c, const kir_kernel *k)
       fail(c, "%%%d gathers from buffer %d, not a gather buffer, or by "
            "a non-i64 index", i, in->ref);
   }
+  bool seq = kir_sequential(k);
   for (int p = 0; p < k->npasses && !c->bad; p++) {
     const kir_pass *ps = &k->pass[p];
+    bool scan = ps->kind == KIR_PASS_SCAN;
+    bool scatter = ps->kind == KIR_PASS_SCATTER;
     if (k->kind == KIR_MAP && ps->kind != KIR_PASS_STORE)
       fail(c, "pass%d: a map kernel only stores", p);
     else if (ps->out >= 0 && k->buf[ps->out].role != KIR_OUT)
       fail(c, "pass%d stores to buffer %d, an input", p, ps->out);
+    else if (seq && !scan && !scatter)
+      fail(c, "pass%d: a kernel with sequential passes has only those", p);
+    else if (scatter && (!k->buf[ps->out].gather ||
+                         k->ins[ps->index].dtype != TC_I64 ||
+                         k->ins[ps->value].dtype != k->buf[ps->out].dtype ||
+                         !kir_seq_dtype(k->buf[ps->out].dtype)))
+      fail(c, "pass%d scatters into buffer %d, not a gather buffer of f32, "
+           "f64, i32 or i64, by a non-i64 index, or a value of another "
+           "dtype", p, ps->out);
+    else if (scan && (k->buf[ps->out].gather ||
+                      !kir_seq_dtype(k->ins[ps->value].dtype)))
+      fail(c, "pass%d scans a value not of f32, f64, i32 or i64, or into a "
+           "gather buffer", p);
   }
 }
 

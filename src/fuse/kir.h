@@ -94,18 +94,31 @@ typedef enum {
                         (a later pass may LOAD that OUT buffer back: same
                         row, same position) */
   KIR_PASS_STORE,    /* buf[out] = value at each row position (or point) */
-  KIR_PASS_STORE_ROW /* buf[out] = value once per row (row axis unused;
+  KIR_PASS_STORE_ROW,/* buf[out] = value once per row (row axis unused;
                         its value uses no LOAD) */
+  /* The sequential passes: one after another along the row, position 0
+  ** first, as a loop in C would (cumsum, scatter_add). A kernel with one
+  ** has only such passes (a sequential kernel: kir_sequential). */
+  KIR_PASS_SCAN,     /* acc = fold(op, acc, value) from the identity, and
+                        buf[out] = acc, at each position in turn (value of
+                        a kir_seq_dtype) */
+  KIR_PASS_SCATTER   /* buf[out] at the current point with its gathered
+                        axis at `index` (an i64, clamped to [0, gsize - 1]
+                        like GATHER's) = fold(op, that element, value), at
+                        each position in turn; value has the buffer's
+                        dtype */
 } kir_pass_kind;
 
 typedef enum { KIR_RED_SUM, KIR_RED_MAX, KIR_RED_MIN } kir_red;
 
 typedef struct {
   uint8_t kind;      /* kir_pass_kind */
-  uint8_t red;       /* kir_red, REDUCE */
-  int16_t out;       /* STORE*: buffer index; REDUCE: -1, or a buffer
-                        to store the folded values in */
+  uint8_t red;       /* kir_red: REDUCE, SCAN, SCATTER */
+  int16_t out;       /* STORE*, SCAN, SCATTER: buffer index; REDUCE: -1,
+                        or a buffer to store the folded values in */
   int32_t value;     /* instruction whose value is folded or stored */
+  int32_t index;     /* SCATTER: the instruction of the index (unread by
+                        other kinds) */
 } kir_pass;
 
 typedef enum { KIR_MAP, KIR_ROWS } kir_kind;
@@ -149,6 +162,14 @@ int kir_load(kir_kernel *k, int buf);
 int kir_gather(kir_kernel *k, int buf, int index);   /* index: an i64 */
 int kir_rowvar(kir_kernel *k, int pass);
 int kir_cast(kir_kernel *k, tc_dtype dt, int a);   /* no-op if same dtype */
+/* Does k have sequential passes (SCAN, SCATTER)? Its rows are then each
+** walked by one thread, in order. */
+bool kir_sequential(const kir_kernel *k);
+/* The dtypes a sequential pass folds in: f32, f64, i32, i64. */
+static inline bool kir_seq_dtype(int dt)
+{
+  return dt == TC_F32 || dt == TC_F64 || dt == TC_I32 || dt == TC_I64;
+}
 
 /* -- Canonical text -------------------------------------------------------- */
 

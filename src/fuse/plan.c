@@ -1469,7 +1469,7 @@ static int store(fb *b, int n, const vmap *m, kir_pass_kind kind, int value)
   if (b->k->npasses == KIR_MAX_PASSES)
     return over_limit(b, "too many passes");
   b->k->pass[b->k->npasses++] = (kir_pass){ (uint8_t)kind, 0, (int16_t)buf,
-                                            kir_cast(b->k, dt, value) };
+                                            kir_cast(b->k, dt, value), -1 };
   return 0;
 }
 
@@ -1547,7 +1547,7 @@ static int reduce_pass_to(fb *b, kir_red red, int value, int out)
     return over_limit(b, "too many passes");
   int p = k->npasses++;
   k->pass[p] = (kir_pass){ KIR_PASS_REDUCE, (uint8_t)red, (int16_t)out,
-                           value };
+                           value, -1 };
   return kir_rowvar(k, p);
 }
 

@@ -122,7 +122,10 @@ int jcpu_check(const kir_kernel *k, char *reason, size_t rlen)
       return BAD("pass%d: bad value", p);
     if (k->kind == KIR_MAP && ps->kind != KIR_PASS_STORE)
       return BAD("pass%d: a map kernel only stores", p);
-    if (ps->kind > KIR_PASS_STORE_ROW)
+    if (ps->kind == KIR_PASS_SCAN || ps->kind == KIR_PASS_SCATTER)
+      return BAD("pass%d: sequential passes are the CUDA backend's (the "
+                 "CPU runs cumsum and scatter_add eagerly)", p);
+    if (ps->kind > KIR_PASS_SCATTER)
       return BAD("pass%d: bad kind", p);
     if (ps->kind == KIR_PASS_REDUCE && ps->red > KIR_RED_MIN)
       return BAD("pass%d: bad reduction", p);

@@ -104,7 +104,8 @@ void jcuda_alloc_release_cache(void);
 ** bufs, scalars and dims as in kir.h (device pointers on a GPU). [lo, hi)
 ** is a range of flat points (KIR_MAP: grid-stride loop, one point per
 ** thread per step) or of flat rows (KIR_ROWS: a block per row, grid-stride
-** over rows; blockDim.x a power of two from 16 to JCUDA_MAX_THREADS).
+** over rows; blockDim.x a power of two from 16 to JCUDA_MAX_THREADS; a
+** sequential kernel, kir_sequential: a thread per row, as MAP).
 ** Results never depend on the grid or block size. */
 #define JCUDA_ENTRY "tck_main"
 #define JCUDA_MAX_THREADS 1024
@@ -156,9 +157,10 @@ void jcuda_params_split(const kir_kernel *k, void *params, jcuda_ptr scratch,
                         int phase);
 
 /* How k's units [0, kir_units(k)) are launched on a device of sm_count
-** multiprocessors (launch.c). MAP: 256 threads, a block per 256 points up to
-** 4 per multiprocessor. ROWS: a block per row (16 to 256 threads sized to
-** the row), unless k is splittable, its row spans at least 2 chunks and it
+** multiprocessors (launch.c). MAP and sequential ROWS: 256 threads, a block
+** per 256 points (rows) up to 4 per multiprocessor. ROWS: a block per row
+** (16 to 256 threads sized to the row), unless k is splittable, its row
+** spans at least 2 chunks and it
 ** has fewer than 2 rows per multiprocessor: then split (phase 1 with 256
 ** threads, fewer down to 32 until there are 2 rounds per multiprocessor,
 ** up to 8 blocks per multiprocessor; phase 2 a block per row of 32 to 1024

@@ -21,6 +21,9 @@
 **                 round nodes on a binary-counter stack (as the CPU
 **                 backend combines chunks) and broadcasts the row value.
 **         STORE   positions strided by blockDim; STORE_ROW thread 0.
+**   sequential ROWS (SCAN, SCATTER passes) for row r in [lo, hi), a thread
+**         per row (grid-stride as MAP); each pass a loop over the row's
+**         positions from 0, as the CPU's loop.
 ** No result depends on the grid or block size: the order of every
 ** combine is fixed by the chunk and lane structure alone.
 */
@@ -410,21 +413,29 @@ static void emit_values(rd *r, const int *vals, int n, const char *indent)
   free(mark);
 }
 
-/* buf[out] at the current position = v converted to the buffer's dtype. */
-static void emit_store(rd *r, int out, int v, const char *indent)
+/* buf[out] at the current position = local `name` (of dtype dt) converted
+** to the buffer's dtype. */
+static void emit_store_of(rd *r, int out, const char *name, int dt,
+                          const char *indent)
 {
   fprintf(r->f, "%s", indent);
   load_at(r, out);
   fputs(" = ", r->f);
-  char name[24];
-  snprintf(name, sizeof name, "v%d", v);
   int bdt = r->k->buf[out].dtype;
   if (is_half(bdt))   /* the bits of a value already rounded to bdt */
     fprintf(r->f, "%s(", half_from(bdt));
-  convert(r, name, r->k->ins[v].dtype, bdt);
+  convert(r, name, dt, bdt);
   if (is_half(bdt))
     fputs(")", r->f);
   fputs(";\n", r->f);
+}
+
+/* buf[out] at the current position = instruction v's value. */
+static void emit_store(rd *r, int out, int v, const char *indent)
+{
+  char name[24];
+  snprintf(name, sizeof name, "v%d", v);
+  emit_store_of(r, out, name, r->k->ins[v].dtype, indent);
 }
 
 /* -- The function -------------------------------------------------------------- */
@@ -632,6 +643,80 @@ static void emit_rows(rd *r)
       p = q;
     }
   }
+  fputs("  }\n", f);
+}
+
+/* -- Sequential rows ---------------------------------------------------------
+** A kernel of SCAN and SCATTER passes (kir_sequential): a thread per row
+** (grid-stride over rows, as MAP over points), each pass a loop over the
+** row's positions in order, as the CPU's loop takes them. */
+
+/* A SCAN pass: the running fold stored at each position. */
+static void emit_scan(rd *r, int p)
+{
+  const kir_pass *ps = &r->k->pass[p];
+  FILE *f = r->f;
+  int dt = r->k->ins[ps->value].dtype;
+  char id[64], v[24];
+  if (!kir_seq_dtype(dt))
+    fail(r, "pass%d: a scan of %s", p, dt);
+  identity(r, id, sizeof id, ps->red, dt);
+  snprintf(v, sizeof v, "v%d", ps->value);
+  fprintf(f, "    {\n      %s acc = %s;\n"
+          "      for (int64_t pos = 0; pos < rowlen; pos++) {\n", ctype[dt],
+          id);
+  r->where = "pos";
+  emit_values(r, &ps->value, 1, "        ");
+  fputs("        acc = ", f);
+  combine(r, ps->red, dt, "acc", v);
+  fputs(";\n", f);
+  emit_store_of(r, ps->out, "acc", dt, "        ");
+  fputs("      }\n    }\n", f);
+}
+
+/* A SCATTER pass: each position's value folded into the element its index
+** picks along the buffer's gathered axis (clamped as GATHER clamps). */
+static void emit_scatter(rd *r, int p)
+{
+  const kir_pass *ps = &r->k->pass[p];
+  const kir_buf *bf = &r->k->buf[ps->out];
+  FILE *f = r->f;
+  int dt = bf->dtype;
+  int64_t top = bf->gsize > 0 ? bf->gsize - 1 : 0;
+  char v[24];
+  if (!kir_seq_dtype(dt) || r->k->ins[ps->value].dtype != dt ||
+      r->k->ins[ps->index].dtype != TC_I64)
+    fail(r, "pass%d: a scatter into %s of another dtype or index", p, dt);
+  snprintf(v, sizeof v, "v%d", ps->value);
+  fputs("    for (int64_t pos = 0; pos < rowlen; pos++) {\n", f);
+  r->where = "pos";
+  emit_values(r, (const int[]){ ps->index, ps->value }, 2, "      ");
+  fprintf(f, "      const int64_t j = v%d < 0 ? (int64_t)0 : v%d > %" PRId64
+          " ? (int64_t)%" PRId64 " : v%d;\n", ps->index, ps->index, top, top,
+          ps->index);
+  fprintf(f, "      %s *const at = &(&", ctype[dt]);
+  load_at(r, ps->out);
+  fprintf(f, ")[j * %" PRId64 "];\n      *at = ", bf->gstride);
+  combine(r, ps->red, dt, "*at", v);
+  fputs(";\n    }\n", f);
+}
+
+static void emit_seq_rows(rd *r)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  fputs("  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+        "  for (int64_t row = lo + (int64_t)blockIdx.x * blockDim.x + "
+        "threadIdx.x; row < hi; row += step) {\n", f);
+  emit_offsets(r, "row", "rb");
+  for (int p = 0; p < k->npasses; p++)
+    if (k->pass[p].kind == KIR_PASS_SCAN)
+      emit_scan(r, p);
+    else if (k->pass[p].kind == KIR_PASS_SCATTER)
+      emit_scatter(r, p);
+    else
+      fail(r, "pass%d: not sequential, in a sequential kernel (a value of "
+           "%s)", p, k->ins[k->pass[p].value].dtype);
   fputs("  }\n", f);
 }
 
@@ -848,13 +933,17 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   fprintf(f, "#define APPROX_FMA %d\n", APPROX_FMA);
   fputs(jcuda_approx_text, f);
   fputs(jcuda_half_text, f);
-  if (k->kind == KIR_ROWS)   /* one block's scratch, shared by every phase */
+  bool seq = kir_sequential(k);
+  if (k->kind == KIR_ROWS && !seq)   /* one block's scratch, shared by
+                                        every phase */
     fprintf(f, "\nTCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
   fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
         "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);
   emit_setup(&r);
   if (k->kind == KIR_MAP)
     emit_map(&r);
+  else if (seq)
+    emit_seq_rows(&r);
   else
     emit_rows(&r);
   fputs("}\n", f);

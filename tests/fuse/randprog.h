@@ -83,11 +83,13 @@ enum {
   RP__NOPS
 };
 
-/* GATHER: tc_gather along dim with an index of the table's shape, or
-** tc_index_select with a 1-D index of the dim's size; either way the
-** result has the table's shape. The index is drawn when the step runs,
-** uniform in [0, size along dim) (rp_index). */
-enum { RP_G_GATHER, RP_G_INDEX_SELECT, RP_G__N };
+/* GATHER: tc_gather along dim with an index of the table's shape,
+** tc_index_select with a 1-D index of the dim's size, or tc_scatter_add of
+** the table into itself with an index of its shape (many adds into some
+** places, none into others); either way the result has the table's shape.
+** The index is drawn when the step runs, uniform in [0, size along dim)
+** (rp_index). */
+enum { RP_G_GATHER, RP_G_INDEX_SELECT, RP_G_SCATTER_ADD, RP_G__N };
 
 enum { RP_U_NEG, RP_U_ABS, RP_U_EXP, RP_U_LOG, RP_U_SQRT, RP_U_RSQRT,
        RP_U_SIN, RP_U_COS, RP_U_TANH, RP_U_SIGMOID, RP_U_RELU, RP_U_GELU,

@@ -133,8 +133,8 @@ tc_tensor *rp_index(tc_tensor *t, int dim, int kind, uint64_t seed)
   int64_t sh[TC_MAX_DIMS], n = tc_size(t, d);
   for (int i = 0; i < nd; i++)
     sh[i] = tc_size(t, i);
-  tc_tensor *u = kind == RP_G_GATHER ? tc_rand(TC_F64, nd, sh, seed)
-                                     : tc_rand(TC_F64, 1, &n, seed);
+  tc_tensor *u = kind != RP_G_INDEX_SELECT ? tc_rand(TC_F64, nd, sh, seed)
+                                           : tc_rand(TC_F64, 1, &n, seed);
   tc_tensor *x = tc_mul_scalar(u, (double)n);
   tc_tensor *f = tc_floor(x);
   tc_tensor *i = tc_cast(f, TC_I64);
@@ -236,7 +236,8 @@ void rp_run(const rp_prog *p, const uint8_t *on, int inst, rp_obs *obs)
     case RP_GATHER: {
       tc_tensor *ix = rp_index(a, s->dim, s->k, (uint64_t)s->s1);
       r = s->k == RP_G_GATHER ? tc_gather(a, s->dim, ix)
-                              : tc_index_select(a, s->dim, ix);
+          : s->k == RP_G_INDEX_SELECT ? tc_index_select(a, s->dim, ix)
+          : tc_scatter_add(a, s->dim, ix, a);
       tc_release(ix);
       break;
     }
@@ -527,9 +528,13 @@ void rp_print_step(const rp_prog *p, int i, FILE *out)
     break;
   case RP_SUM_ALL: fprintf(out, "tc_sum_all(v%d)", a); break;
   case RP_GATHER:
-    fprintf(out, "%s(v%d, %d, rp_index(v%d, %d, %d, %.0f))",
-            s->k == RP_G_GATHER ? "tc_gather" : "tc_index_select", a, s->dim,
-            a, s->dim, s->k, s->s1);
+    fprintf(out, "%s(v%d, %d, rp_index(v%d, %d, %d, %.0f)",
+            s->k == RP_G_GATHER ? "tc_gather"
+            : s->k == RP_G_INDEX_SELECT ? "tc_index_select" : "tc_scatter_add",
+            a, s->dim, a, s->dim, s->k, s->s1);
+    if (s->k == RP_G_SCATTER_ADD)   /* the table added into itself */
+      fprintf(out, ", v%d", a);
+    fputs(")", out);
     break;
   case RP_SOFTMAX: fprintf(out, "tc_softmax(v%d, %d)", a, s->dim); break;
   case RP_LOG_SOFTMAX:
@@ -688,7 +693,7 @@ void rp_print_c(const rp_prog *p, const uint8_t *on, const int *insts,
 "  if (d < 0 || d >= nd) return NULL;\n"
 "  int64_t sh[8], n = tc_size(t, d);\n"
 "  for (int i = 0; i < nd; i++) sh[i] = tc_size(t, i);\n"
-"  tc_tensor *u = kind == 0 ? tc_rand(TC_F64, nd, sh, seed)\n"
+"  tc_tensor *u = kind != 1 ? tc_rand(TC_F64, nd, sh, seed)\n"
 "                           : tc_rand(TC_F64, 1, &n, seed);\n"
 "  return tc_cast(tc_floor(tc_mul_scalar(u, (double)n)), TC_I64);\n"
 "}\n\n"

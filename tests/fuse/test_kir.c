@@ -1,7 +1,7 @@
 /*
 ** test_kir.c -- kir_parse, the inverse of kir_print (tc-dump renders a
 ** stored kernel's CUDA C from it): hand-built kernels with every kind of
-** instruction and pass come back equal and print identically; every
+** instruction and pass (sequential ones too) come back equal and print identically; every
 ** kernel that fused programs build does too (through the launch hook);
 ** malformed text gets a clear reason, and truncations and byte flips of
 ** real printed kernels never crash it (each either fails or is canonical
@@ -59,7 +59,7 @@ static kir_kernel *map_kernel(void)
   int e = kir_emit(k, KOP_EXP, TC_F32, mx, -1, -1);
   int y = kir_cast(k, TC_F64, e);
   int z = kir_emit(k, KOP_MINIMUM, TC_F64, y, c5, -1);
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE, 0, 3, z };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE, 0, 3, z, -1 };
   return k;
 }
 
@@ -79,22 +79,57 @@ static kir_kernel *rows_kernel(void)
   k->buf[3] = (kir_buf){ KIR_OUT, TC_F64, false, { 1, 0 }, 0, 0 };
   int x = kir_load(k, 0);
   int e = kir_emit(k, KOP_EXP, TC_F64, x, -1, -1);
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_MAX, 1, e };
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1, e };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_MAX, 1, e, -1 };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1, e, -1 };
   int r = kir_rowvar(k, 1);
   int d = kir_emit(k, KOP_DIV, TC_F64, e, r, -1);
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE, 0, 2, d };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE, 0, 2, d, -1 };
   int l = kir_emit(k, KOP_LOG, TC_F64, r, -1, -1);
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, 0, 3, l };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, 0, 3, l, -1 };
+  return k;
+}
+
+/* A sequential kernel: a cumsum's scan and a scatter_add's scatter. */
+static kir_kernel *seq_kernel(void)
+{
+  kir_kernel *k = kir_new();
+  k->kind = KIR_ROWS;
+  k->dynamic = true;
+  k->ndim = 1;
+  k->size[0] = 6;
+  k->row_len = 9;
+  k->nbufs = 4;
+  k->buf[0] = (kir_buf){ KIR_IN, TC_I32, false, { 1, 6 }, 0, 0 };
+  k->buf[1] = (kir_buf){ KIR_OUT, TC_I64, false, { 9, 1 }, 0, 0 };
+  k->buf[2] = (kir_buf){ KIR_IN, TC_I64, false, { 1, 6 }, 0, 0 };
+  k->buf[3] = (kir_buf){ KIR_OUT, TC_F64, true, { 1, 0 }, 6, 5 };
+  int x = kir_cast(k, TC_I64, kir_load(k, 0));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCAN, KIR_RED_SUM, 1, x, -1 };
+  int at = kir_load(k, 2);
+  int v = kir_cast(k, TC_F64, kir_load(k, 0));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCATTER, KIR_RED_SUM, 3, v,
+                                      at };
   return k;
 }
 
 static void test_hand_built(void **state)
 {
   (void)state;
-  kir_kernel *m = map_kernel(), *r = rows_kernel();
+  kir_kernel *m = map_kernel(), *r = rows_kernel(), *q = seq_kernel();
   assert_round_trip(m);
   assert_round_trip(r);
+  assert_round_trip(q);
+  char *text = kir_text(q);
+  assert_non_null(strstr(text, "  pass0 scan sum %1, store buf1\n"
+                               "  pass1 scatter sum buf3 at %2 = %4\n"));
+  free(text);
+  assert_true(kir_sequential(q) && !kir_sequential(r));
+  kir_kernel *other = seq_kernel();   /* the index is part of the code */
+  other->pass[1].index = 1;
+  assert_false(kir_same_code(q, other));
+  assert_false(kir_code_hash(q) == kir_code_hash(other));
+  kir_free(other);
+  kir_free(q);
   r->ndim = 0;   /* one row: a sum_all's shape */
   r->buf[0].stride[0] = 1;
   assert_round_trip(r);
@@ -161,6 +196,39 @@ static void test_malformed(void **state)
     snprintf(t, sizeof t, "%s%s", head, cases[i].body);
     assert_refused(t, cases[i].want);
   }
+  /* sequential passes: rows kernels of them alone, gather targets for
+  ** scatters, i64 indices, folds in f32, f64, i32 or i64 */
+  const char *rows = "kernel rows [4] row 3 scalars 0\n"
+                     "  buf0 in f32 strides [3, 1]\n"
+                     "  buf1 out f32 strides [3, 1]\n"
+                     "  buf2 out f32 strides [1, 0] gather stride 1 size 4\n"
+                     "  buf3 in i64 strides [3, 1]\n"
+                     "  %0 = f32 LOAD buf0\n"
+                     "  %1 = i64 LOAD buf3\n";
+  static const struct { const char *body, *want; } seq[] = {
+    { "  pass0 scan sum %0, store buf1\n  pass1 store buf1 = %0\n",
+      "has only those" },
+    { "  pass0 reduce sum %0\n  pass1 scan sum %0, store buf1\n",
+      "has only those" },
+    { "  pass0 scatter sum buf1 at %1 = %0\n", "not a gather buffer" },
+    { "  pass0 scatter sum buf2 at %0 = %0\n", "non-i64 index" },
+    { "  pass0 scatter sum buf2 at %1 = %1\n", "another dtype" },
+    { "  pass0 scan sum %0, store buf2\n", "into a gather buffer" },
+    { "  pass0 scan sum %0, store buf0\n", "an input" },
+    { "  pass0 scan prod %0, store buf1\n", "unknown reduction" },
+  };
+  for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+    snprintf(t, sizeof t, "%s%s", rows, seq[i].body);
+    assert_refused(t, seq[i].want);
+  }
+  snprintf(t, sizeof t, "kernel map [4] scalars 0\n  buf0 in f32 strides [1]\n"
+           "  buf1 out f32 strides [1]\n  %%0 = f32 LOAD buf0\n"
+           "  pass0 scan sum %%0, store buf1\n");
+  assert_refused(t, "a map kernel only stores");
+  snprintf(t, sizeof t, "kernel rows [4] row 3 scalars 0\n"
+           "  buf0 in f16 strides [3, 1]\n  buf1 out f16 strides [3, 1]\n"
+           "  %%0 = f16 LOAD buf0\n  pass0 scan sum %%0, store buf1\n");
+  assert_refused(t, "scans a value not of f32");
   snprintf(t, sizeof t, "%s  %%0 = f32 LOAD buf0\n  pass0 store buf1 = %%0\n",
            head);
   char why[128];
@@ -208,8 +276,8 @@ static void fuzz_text(const char *text)
 static void test_fuzz(void **state)
 {
   (void)state;
-  kir_kernel *ks[] = { map_kernel(), rows_kernel() };
-  for (int i = 0; i < 2; i++) {
+  kir_kernel *ks[] = { map_kernel(), rows_kernel(), seq_kernel() };
+  for (int i = 0; i < 3; i++) {
     char *text = kir_text(ks[i]);
     fuzz_text(text);
     free(text);

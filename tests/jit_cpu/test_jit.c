@@ -62,7 +62,7 @@ static int kpass(kir_kernel *k, kir_pass_kind kind, kir_red red, int out,
 {
   assert_true(k->npasses < KIR_MAX_PASSES);
   int p = k->npasses++;
-  k->pass[p] = (kir_pass){ (uint8_t)kind, (uint8_t)red, (int16_t)out, v };
+  k->pass[p] = (kir_pass){ (uint8_t)kind, (uint8_t)red, (int16_t)out, v, -1 };
   return p;
 }
 

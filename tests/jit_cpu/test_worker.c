@@ -69,7 +69,7 @@ static kir_kernel *kernel(int64_t n, double c)
   int a = kir_emit(k, KOP_ADD, TC_F32, m, x, -1);
   assert_true(a >= 0);
   k->npasses = 1;
-  k->pass[0] = (kir_pass){ KIR_PASS_STORE, 0, 1, a };
+  k->pass[0] = (kir_pass){ KIR_PASS_STORE, 0, 1, a, -1 };
   return k;
 }
 

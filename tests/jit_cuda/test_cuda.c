@@ -57,7 +57,7 @@ static void add_pass(kir_kernel *k, kir_pass_kind kind, kir_red red, int out,
                      int value)
 {
   k->pass[k->npasses++] = (kir_pass){ (uint8_t)kind, (uint8_t)red,
-                                      (int16_t)out, value };
+                                      (int16_t)out, value, -1 };
 }
 
 /* Run k under every configuration; before each, fill(ctx) resets the
@@ -431,6 +431,98 @@ static void test_rows_strided(void **state)
   free(c.sum);
 }
 
+/* -- Sequential passes: a thread per row, positions in order --------------- */
+
+typedef struct {
+  int64_t rows, len, places;
+  const float *x;
+  const int64_t *idx;
+  float *cum;          /* rows x len, row-major */
+  double *acc;         /* places x rows: column r gets row r's scatter */
+} seq_case;
+
+static void seq_fill(void *ctx)
+{
+  seq_case *c = ctx;
+  memset(c->cum, 0xff, sizeof(float) * (size_t)(c->rows * c->len));
+  for (int64_t i = 0; i < c->places * c->rows; i++)
+    c->acc[i] = 0.25 * (double)i;
+}
+
+/* The loops the passes stand for, in double where the scatter folds and in
+** float, element after element, where the scan does. */
+static void seq_check(void *ctx)
+{
+  seq_case *c = ctx;
+  for (int64_t r = 0; r < c->rows; r++) {
+    float run = 0.0f;
+    double *want = malloc(sizeof(double) * (size_t)c->places);
+    for (int64_t p = 0; p < c->places; p++)
+      want[p] = 0.25 * (double)(p * c->rows + r);
+    for (int64_t j = 0; j < c->len; j++) {
+      float v = c->x[r * c->len + j];
+      run += v;
+      if (!same_bits_f32(c->cum[r * c->len + j], run))
+        fail_msg("scan row %lld at %lld: %a, want %a", (long long)r,
+                 (long long)j, (double)c->cum[r * c->len + j], (double)run);
+      int64_t at = c->idx[r * c->len + j];
+      at = at < 0 ? 0 : at >= c->places ? c->places - 1 : at;   /* clamped */
+      want[at] += (double)v;
+    }
+    for (int64_t p = 0; p < c->places; p++)
+      if (!same_bits_f64(c->acc[p * c->rows + r], want[p]))
+        fail_msg("scatter row %lld place %lld: %a, want %a", (long long)r,
+                 (long long)p, c->acc[p * c->rows + r], want[p]);
+    free(want);
+  }
+}
+
+static void test_sequential_passes(void **state)
+{
+  (void)state;
+  seq_case c = { .rows = 7, .len = 1000, .places = 5 };
+  size_t n = (size_t)(c.rows * c.len);
+  float *x = malloc(n * sizeof *x);
+  int64_t *idx = malloc(n * sizeof *idx);
+  c.cum = malloc(n * sizeof *c.cum);
+  c.acc = malloc((size_t)(c.places * c.rows) * sizeof *c.acc);
+  assert_true(x && idx && c.cum && c.acc);
+  for (size_t i = 0; i < n; i++) {   /* big and small: order shows */
+    x[i] = (float)((i * 7919) % 1000) * 0.001f + (i % 5 ? 0.0f : 3e7f);
+    idx[i] = (int64_t)((i * 31) % 7) - 1;   /* -1 and 5: clamped */
+  }
+  c.x = x;
+  c.idx = idx;
+  kir_kernel *k = new_kernel(KIR_ROWS, 1);
+  k->size[0] = c.rows;
+  k->row_len = c.len;
+  int bx = add_buf(k, KIR_IN, TC_F32, (int64_t[]){ c.len, 1 });
+  int bc = add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ c.len, 1 });
+  int bi = add_buf(k, KIR_IN, TC_I64, (int64_t[]){ c.len, 1 });
+  int ba = add_buf(k, KIR_OUT, TC_F64, (int64_t[]){ 1, 0 });
+  k->buf[ba].gather = true;
+  k->buf[ba].gstride = c.rows;
+  k->buf[ba].gsize = c.places;
+  add_pass(k, KIR_PASS_SCAN, KIR_RED_SUM, bc, kir_load(k, bx));
+  int v = kir_cast(k, TC_F64, kir_load(k, bx));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCATTER, KIR_RED_SUM,
+                                      (int16_t)ba, v, kir_load(k, bi) };
+  assert_true(kir_sequential(k));
+  jcuda_launch_cfg lc;   /* a thread per row */
+  jcuda_launch_config(k, 132, &lc);
+  assert_false(lc.split);
+  assert_int_equal(lc.block, 256);
+  assert_int_equal(lc.grid, 1);
+  char *bufs[] = { (char *)x, (char *)c.cum, (char *)idx, (char *)c.acc };
+  run_all(k, bufs, NULL, NULL, seq_fill, seq_check, &c);
+  nvrtc_accepts(k);
+  free(k);
+  free(x);
+  free(idx);
+  free(c.cum);
+  free(c.acc);
+}
+
 /* -- Split reductions: phases across blocks, the same canonical order ------- */
 
 #define S(g, b, g2, b2) { .grid = g, .block = b, .split = true, .grid2 = g2, \
@@ -664,6 +756,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_integer_semantics),
     cmocka_unit_test(test_rows_follow_the_canonical_order),
     cmocka_unit_test(test_rows_strided),
+    cmocka_unit_test(test_sequential_passes),
     cmocka_unit_test(test_split_reductions_equal_eager),
     cmocka_unit_test(test_split_many_rows),
     cmocka_unit_test(test_split_launch_config),
