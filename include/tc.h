@@ -527,8 +527,8 @@ TC_API bool tc_cuda_available(void);
 ** cuda)", except that a 0-d CPU tensor is a scalar that may meet CUDA
 ** tensors (as in PyTorch). Autograd works on CUDA tensors. On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
 ** (even under TC_COMPILE), in-place ops too; matmul runs through cuBLAS
-** (f32, f64, and the halves through f32); topk and multinomial fail with
-** "... not available on cuda yet". */
+** (f32, f64, and the halves through f32); multinomial fails with "... not
+** available on cuda yet". */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
 /* The device t is on: "cpu" or "cuda" (a lazy tensor's too); NULL for
 ** NULL. */

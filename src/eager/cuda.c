@@ -727,8 +727,8 @@ static int seq_buf(kir_kernel *k, kir_buf_role role, const tc_tensor *t,
   return k->nbufs++;
 }
 
-/* Run k (consumed) over the tensors of its buffers. */
-static int run_seq(const char *fn, kir_kernel *k, tc_tensor *const *ts)
+/* Run k (a hand-built kernel, consumed) over the tensors of its buffers. */
+static int run_built(const char *fn, kir_kernel *k, tc_tensor *const *ts)
 {
   char *bufs[KIR_MAX_BUFS];
   for (int b = 0; b < k->nbufs; b++)
@@ -766,7 +766,7 @@ static tc_tensor *cuda_cumsum(const eager_call *c)
   int v = kir_cast(k, tensor_compute_of(c->dtype), kir_load(k, bx));
   k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCAN, KIR_RED_SUM,
                                       (int16_t)bo, v, -1 };
-  if (run_seq(c->fn, k, (tc_tensor *[]){ x, out }) < 0)
+  if (run_built(c->fn, k, (tc_tensor *[]){ x, out }) < 0)
     return tensor_unref(out), NULL;
   return out;
 }
@@ -796,12 +796,164 @@ static tc_tensor *cuda_scatter_add(const eager_call *c)
   int v = kir_cast(k, w, kir_load(k, bs));
   k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCATTER, KIR_RED_SUM,
                                       (int16_t)bo, v, at };
-  if (run_seq(c->fn, k, (tc_tensor *[]){ idx, src, out }) < 0)
+  if (run_built(c->fn, k, (tc_tensor *[]){ idx, src, out }) < 0)
     return tensor_unref(out), NULL;
   if (w == c->dtype)
     return out;
   tc_tensor *r = cuda_copy_as(c, out, c->dtype);
   tensor_unref(out);
+  return r;
+}
+
+/* -- Topk: ranks under the CPU's order ---------------------------------------
+** TOPK gives indices only (its values are a gather at them) and the CPU's
+** order is total (NaN above every number, then the value, ties to the
+** lower index), so any exact method gives the CPU's indices. Here each
+** element's rank is the count of the row's elements before it (one ROWS
+** kernel: for element j a REDUCE over i of before(i, j): n^2 compares a
+** row in O(n) memory), and each index is scattered to its place (its rank,
+** or when unsorted its place among the chosen in index order); the result
+** is the first k places. */
+
+/* The rank kernel's value: is element i (xi, pi) before element j? */
+static int before(kir_kernel *k, int xi, int xj, int pi, int pj, bool desc,
+                  bool is_float)
+{
+  int no = kir_const(k, TC_BOOL, 0), yes = kir_const(k, TC_BOOL, 1);
+  int gt = kir_emit(k, desc ? KOP_GT : KOP_LT, TC_BOOL, xi, xj, -1);
+  int eq = kir_emit(k, KOP_EQ, TC_BOOL, xi, xj, -1);
+  int better = gt, tie = eq;
+  if (is_float) {   /* a NaN is above every number, equal to a NaN */
+    int ni = kir_emit(k, KOP_NE, TC_BOOL, xi, xi, -1);
+    int nj = kir_emit(k, KOP_NE, TC_BOOL, xj, xj, -1);
+    int top = desc ? ni : nj, other = desc ? nj : ni;
+    int not_other = kir_emit(k, KOP_SEL, TC_BOOL, other, no, yes);
+    better = kir_emit(k, KOP_SEL, TC_BOOL, top, not_other, gt);
+    tie = kir_emit(k, KOP_SEL, TC_BOOL, ni, nj, eq);
+  }
+  int lower = kir_emit(k, KOP_LT, TC_BOOL, pi, pj, -1);
+  int first = kir_emit(k, KOP_SEL, TC_BOOL, tie, lower, no);
+  return kir_emit(k, KOP_SEL, TC_BOOL, better, yes, first);
+}
+
+/* The i64 rank of each element of x (on the device) along dim d. */
+static tc_tensor *cuda_ranks(const char *fn, tc_tensor *x, int d, bool desc)
+{
+  int64_t n = x->shape[d];
+  tc_tensor *pos = cuda_positions(fn, 1, &n, 0, n);
+  tc_tensor *rank = pos ? tensor_new_on(TC_DEV_CUDA, TC_I64, x->ndim,
+                                        x->shape) : NULL;
+  kir_kernel *k = rank ? kir_new() : NULL;
+  if (!k) {
+    if (rank)
+      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+    tensor_unref(pos);
+    tensor_unref(rank);
+    return NULL;
+  }
+  k->kind = KIR_ROWS;
+  k->dynamic = true;
+  k->ndim = x->ndim;
+  k->row_len = n;
+  k->nbufs = 5;   /* x at j and at i, the positions j and i, the ranks */
+  int nd = x->ndim;
+  for (int b = 0; b < 5; b++)
+    k->buf[b] = (kir_buf){ .role = b == 4 ? KIR_OUT : KIR_IN,
+                           .dtype = b < 2 ? x->dtype : TC_I64 };
+  for (int i = 0; i < nd; i++) {
+    k->size[i] = x->shape[i];
+    k->buf[0].stride[i] = x->stride[i];
+    k->buf[1].stride[i] = i == d ? 0 : x->stride[i];
+    k->buf[2].stride[i] = i == d;
+    k->buf[4].stride[i] = rank->stride[i];
+  }
+  k->buf[1].stride[nd] = x->stride[d];
+  k->buf[3].stride[nd] = 1;
+  int xj = kir_load(k, 0), xi = kir_load(k, 1);
+  int v = kir_cast(k, TC_I64, before(k, xi, xj, kir_load(k, 3),
+                                     kir_load(k, 2), desc,
+                                     tensor_dtype_is_float(x->dtype)));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1, v,
+                                      -1 };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, KIR_RED_SUM, 4,
+                                      kir_rowvar(k, 0), -1 };
+  int rc = run_built(fn, k, (tc_tensor *[]){ x, x, pos, pos, rank });
+  tensor_unref(pos);
+  if (rc < 0)
+    return tensor_unref(rank), NULL;
+  return rank;
+}
+
+/* i64 call of op over in[0..nin) along dim d with x's shape. */
+static eager_call along(const eager_call *c, tc_op op, int nin,
+                        tc_tensor *const *in, const tc_tensor *x)
+{
+  eager_call r = { .op = op, .fn = c->fn, .nin = nin, .dim = c->dim,
+                   .dtype = TC_I64, .cdtype = TC_I64, .ndim = x->ndim };
+  for (int i = 0; i < nin; i++)
+    r.in[i] = in[i];
+  memcpy(r.shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  return r;
+}
+
+static tc_tensor *cuda_topk(const eager_call *c)
+{
+  const char *fn = c->fn;
+  tc_tensor *x = c->in[0];
+  int d = c->dim, nd = x->ndim;
+  int64_t n = x->shape[d], k = c->shape[d];
+  if (k == 0 || x->numel == 0)
+    return tensor_new_on(TC_DEV_CUDA, TC_I64, c->ndim, c->shape);
+  int64_t pshape[TC_MAX_DIMS], pstride[TC_MAX_DIMS];
+  for (int i = 0; i < nd; i++) {
+    pshape[i] = i == d ? n : 1;
+    pstride[i] = i == d;
+  }
+  tc_tensor *rank = NULL, *pos = NULL, *kk = NULL, *chosen = NULL,
+            *cs = NULL, *one = NULL, *placed = NULL, *kj = NULL, *rest = NULL,
+            *dest = NULL, *zeros = NULL, *posx = NULL, *full = NULL,
+            *first = NULL, *r = NULL;
+  if (!(rank = cuda_ranks(fn, x, d, c->s[0] != 0)) ||
+      !(pos = cuda_positions(fn, nd, pshape, d, n)))
+    goto done;
+  if (c->s[1] != 0) {   /* sorted: each index at its rank */
+    dest = tensor_ref(rank);
+  } else {   /* the chosen in index order, then the rest */
+    if (!(kk = cuda_positions(fn, 0, NULL, -1, k)) ||
+        !(one = cuda_positions(fn, 0, NULL, -1, 1)) ||
+        !(chosen = cuda_pointwise(fn, TC_OP_LT, 2,
+                                  (tc_tensor *[]){ rank, kk })))
+      goto done;
+    eager_call cc = along(c, TC_OP_CUMSUM, 1, &chosen, x);
+    if (!(cs = cuda_cumsum(&cc)) ||   /* chosen ones up to here */
+        !(placed = cuda_pointwise(fn, TC_OP_SUB, 2,
+                                  (tc_tensor *[]){ cs, one })) ||
+        !(kj = cuda_pointwise(fn, TC_OP_ADD, 2, (tc_tensor *[]){ pos, kk })) ||
+        !(rest = cuda_pointwise(fn, TC_OP_SUB, 2, (tc_tensor *[]){ kj, cs })) ||
+        !(dest = cuda_pointwise(fn, TC_OP_WHERE, 3,
+                                (tc_tensor *[]){ chosen, placed, rest })))
+      goto done;
+  }
+  tc_tensor *hz = tensor_new(TC_I64, nd, x->shape);
+  if (hz)
+    memset(tensor_ptr(hz), 0, (size_t)hz->numel * sizeof(int64_t));
+  zeros = hz ? eager_cuda_from_host(fn, hz) : NULL;
+  tensor_unref(hz);
+  posx = zeros ? tensor_new_view(pos, nd, x->shape, pstride, pos->offset)
+               : NULL;
+  if (posx) {
+    eager_call sc = along(c, TC_OP_SCATTER_ADD, 3,
+                          (tc_tensor *[]){ zeros, dest, posx }, x);
+    full = cuda_scatter_add(&sc);
+  }
+  first = full ? tensor_new_view(full, nd, c->shape, full->stride,
+                                 full->offset) : NULL;
+  r = first ? cuda_copy_as(c, first, TC_I64) : NULL;
+done:;
+  tc_tensor *temps[] = { rank, pos, kk, chosen, cs, one, placed, kj, rest,
+                         dest, zeros, posx, full, first };
+  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
+    tensor_unref(temps[i]);
   return r;
 }
 
@@ -898,6 +1050,8 @@ static tc_tensor *cuda_dispatch(const eager_call *c)
     return cuda_cumsum(c);
   case TC_OP_SCATTER_ADD:
     return cuda_scatter_add(c);
+  case TC_OP_TOPK:
+    return cuda_topk(c);
   default:
     break;
   }

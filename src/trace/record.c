@@ -565,8 +565,8 @@ static tc_tensor *trace_eager(const eager_call *c)
   return run_now(c);
 }
 
-/* Ops that have no CUDA kernel step yet (topk, multinomial) are not
-** recorded on the device: they run at the call, as eagerly, and fail there
+/* Ops that have no CUDA kernel step yet (multinomial) are not recorded on
+** the device: they run at the call, as eagerly, and fail there
 ** with eager's message. The other extern ops are steps of a region that
 ** run their CUDA handlers. */
 static bool recordable_on_cuda(const eager_call *c)
@@ -574,7 +574,7 @@ static bool recordable_on_cuda(const eager_call *c)
   switch (c->op) {
   case TC_OP_MATMUL: case TC_OP_CONTIGUOUS: case TC_OP_CAT: case TC_OP_TAKE:
   case TC_OP_GATHER: case TC_OP_ARGMAX: case TC_OP_ARGMIN:
-  case TC_OP_CUMSUM: case TC_OP_SCATTER_ADD:
+  case TC_OP_CUMSUM: case TC_OP_SCATTER_ADD: case TC_OP_TOPK:
     return true;
   default:
     return op_table[c->op].kind != OPK_EX;
