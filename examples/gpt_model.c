@@ -196,9 +196,7 @@ int gpt_sample(gpt_model *m, int *out, int nprompt, int n,
     tc_tensor *logits = tc_reshape(gpt_forward(m, idx), TC_SHAPE(T, V));
     tc_tensor *probs = tc_softmax(tc_mul_scalar(logits, 1.0 / temperature), -1);
     /* one draw per window position; the one after the last real token */
-    /* drawn on the CPU (multinomial has no CUDA kernel) */
-    tc_tensor *host = tc_to(probs, "cpu");
-    if (tc_copy_to(tc_multinomial(host, 1, true, seed + (uint64_t)i), draw,
+    if (tc_copy_to(tc_multinomial(probs, 1, true, seed + (uint64_t)i), draw,
                    sizeof *draw * (size_t)T) < 0)
       rc = -1;
     else

@@ -525,10 +525,10 @@ TC_API bool tc_cuda_available(void);
 ** tc_to(t, "cpu") first). Ops take tensors on one device: mixing CPU and
 ** CUDA tensors fails with "... expects tensors on one device (cpu and
 ** cuda)", except that a 0-d CPU tensor is a scalar that may meet CUDA
-** tensors (as in PyTorch). Autograd works on CUDA tensors. On CUDA, ops run eagerly as one-op kernels compiled with NVRTC
-** (even under TC_COMPILE), in-place ops too; matmul runs through cuBLAS
-** (f32, f64, and the halves through f32); multinomial fails with "... not
-** available on cuda yet". */
+** tensors (as in PyTorch). Autograd works on CUDA tensors. Every op runs
+** on CUDA: eagerly as one-op kernels compiled with NVRTC, in-place ops
+** too, and under TC_COMPILE as fused regions; matmul runs through cuBLAS
+** (f32, f64, and the halves through f32). */
 TC_API tc_tensor *tc_to(tc_tensor *t, const char *device);
 /* The device t is on: "cpu" or "cuda" (a lazy tensor's too); NULL for
 ** NULL. */

@@ -8,8 +8,9 @@
 ** through the store hooks trace sets: eager_cuda_store) and it is launched
 ** on tc's stream. In-place ops run their functional twin into
 ** the target (as trace functionalizes them). Matmul goes to cuBLAS; the
-** other extern steps (argmax, cumsum, topk, ...) have no CUDA
-** implementation yet and fail with a clear error.
+** other extern ops (argmax, cumsum, scatter_add, topk, multinomial) are
+** built here from pointwise ops, reductions and hand-built kernels, each
+** giving the CPU's result bit for bit. Every op runs on the device.
 */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -957,6 +958,177 @@ done:;
   return r;
 }
 
+/* -- Multinomial: the CPU's draws from the same uniforms ---------------------
+** The CPU (index.c) draws index i for uniform x from weights w (in f64) as
+** the first i whose running sum exceeds u = x * total; a u that rounds up
+** to the total takes the last positive weight. Here the running sums are
+** cumsum's sequential kernel (the CPU's sums bit for bit); as they never
+** decrease, the first i above u is the count of sums at or below u, one
+** ROWS kernel over the draws. The uniforms are eager_uniform's, made on the
+** host (a row's n values) and copied over. Without replacement the draws
+** go one at a time, each zeroing the weight it drew for the later ones. */
+
+/* A 0-d device tensor of dtype dt holding v. */
+static tc_tensor *cuda_scalar(const char *fn, tc_dtype dt, double v)
+{
+  tc_tensor *h = tensor_new(dt, 0, NULL);
+  if (h)
+    eager_convert(dt, tensor_ptr(h), 1, TC_F64, &v, 1, 1);
+  tc_tensor *d = h ? eager_cuda_from_host(fn, h) : NULL;
+  tensor_unref(h);
+  return d;
+}
+
+/* i64 (R, k): for each u[r][j], how many of the row's cum[r][0..m) are at
+** or below it. */
+static tc_tensor *cuda_count_le(const char *fn, tc_tensor *cum, tc_tensor *u)
+{
+  tc_tensor *cnt = tensor_new_on(TC_DEV_CUDA, TC_I64, 2, u->shape);
+  kir_kernel *k = cnt ? kir_new() : NULL;
+  if (!k) {
+    if (cnt)
+      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+    return tensor_unref(cnt), NULL;
+  }
+  k->kind = KIR_ROWS;
+  k->dynamic = true;
+  k->ndim = 2;
+  k->size[0] = u->shape[0];
+  k->size[1] = u->shape[1];
+  k->row_len = cum->shape[1];
+  k->nbufs = 3;   /* the sums (along the row), the u, the counts */
+  k->buf[0] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
+                         .stride = { cum->stride[0], 0, cum->stride[1] } };
+  k->buf[1] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
+                         .stride = { u->stride[0], u->stride[1], 0 } };
+  k->buf[2] = (kir_buf){ .role = KIR_OUT, .dtype = TC_I64,
+                         .stride = { cnt->stride[0], cnt->stride[1], 0 } };
+  int le = kir_emit(k, KOP_LE, TC_BOOL, kir_load(k, 0), kir_load(k, 1), -1);
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1,
+                                      kir_cast(k, TC_I64, le), -1 };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, KIR_RED_SUM, 2,
+                                      kir_rowvar(k, 0), -1 };
+  if (run_built(fn, k, (tc_tensor *[]){ cum, u, cnt }) < 0)
+    return tensor_unref(cnt), NULL;
+  return cnt;
+}
+
+/* What every draw of a call shares: positions 0..m along a row (1, m),
+** and the zeros of i64 and f64. */
+typedef struct {
+  const char *fn;
+  tc_tensor *pos, *zero_i, *zero_f;
+} draw_ctx;
+
+/* i64 (R, k): the draws from weights w (f64 (R, m)) for uniforms x (f64
+** (R, k)). */
+static tc_tensor *cuda_draws(const draw_ctx *dc, tc_tensor *w, tc_tensor *x)
+{
+  const char *fn = dc->fn;
+  int64_t rows = w->shape[0], m = w->shape[1];
+  eager_call cc = { .op = TC_OP_CUMSUM, .fn = fn, .nin = 1, .in = { w },
+                    .dim = 1, .dtype = TC_F64, .cdtype = TC_F64, .ndim = 2,
+                    .shape = { rows, m } };
+  tc_tensor *cum = NULL, *total = NULL, *u = NULL, *cnt = NULL, *pos = NULL,
+            *at = NULL, *last = NULL, *below = NULL, *r = NULL;
+  if ((cum = cuda_cumsum(&cc)) &&
+      (total = tensor_new_view(cum, 2, (int64_t[]){ rows, 1 }, cum->stride,
+                               cum->offset + (m - 1) * cum->stride[1])) &&
+      (u = cuda_pointwise(fn, TC_OP_MUL, 2, (tc_tensor *[]){ x, total })) &&
+      (cnt = cuda_count_le(fn, cum, u)) &&
+      (pos = cuda_pointwise(fn, TC_OP_GT, 2,
+                            (tc_tensor *[]){ w, dc->zero_f })) &&
+      (at = cuda_pointwise(fn, TC_OP_WHERE, 3,
+                           (tc_tensor *[]){ pos, dc->pos, dc->zero_i })) &&
+      (last = cuda_reduce(fn, TC_OP_MAX, at, 1, true)) &&
+      (below = cuda_pointwise(fn, TC_OP_LT, 2, (tc_tensor *[]){ u, total })))
+    r = cuda_pointwise(fn, TC_OP_WHERE, 3, (tc_tensor *[]){ below, cnt, last });
+  tc_tensor *temps[] = { cum, total, u, cnt, pos, at, last, below };
+  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
+    tensor_unref(temps[i]);
+  return r;
+}
+
+/* f64 (rows, n) on the device: draw j of row r has uniform
+** eager_uniform(seed, r * n + j), as on the CPU. */
+static tc_tensor *cuda_uniforms(const char *fn, uint64_t seed, int64_t rows,
+                                int64_t n)
+{
+  tc_tensor *h = tensor_new(TC_F64, 2, (int64_t[]){ rows, n });
+  if (!h)
+    return NULL;
+  double *x = tensor_ptr(h);
+  for (int64_t i = 0; i < rows * n; i++)
+    x[i] = eager_uniform(seed, (uint64_t)i);
+  tc_tensor *d = eager_cuda_from_host(fn, h);
+  tensor_unref(h);
+  return d;
+}
+
+/* Without replacement: draw j of every row, then its weight zeroed. w is
+** consumed. */
+static int draw_one_at_a_time(const draw_ctx *dc, tc_tensor *w, tc_tensor *x,
+                              tc_tensor *out)
+{
+  int64_t rows = w->shape[0], n = x->shape[1];
+  int rc = 0;
+  for (int64_t j = 0; j < n && rc == 0; j++) {
+    tc_tensor *xj = tensor_new_view(x, 2, (int64_t[]){ rows, 1 }, x->stride,
+                                    x->offset + j);
+    tc_tensor *slot = tensor_new_view(out, 2, (int64_t[]){ rows, 1 },
+                                      out->stride, out->offset + j);
+    tc_tensor *got = xj && slot ? cuda_draws(dc, w, xj) : NULL;
+    tc_tensor *hit = got ? cuda_pointwise(dc->fn, TC_OP_EQ, 2,
+                                          (tc_tensor *[]){ dc->pos, got })
+                         : NULL;
+    tc_tensor *left = hit ? cuda_pointwise(dc->fn, TC_OP_WHERE, 3,
+                                           (tc_tensor *[]){ hit, dc->zero_f,
+                                                            w })
+                          : NULL;
+    rc = left && eager_cuda_copy_into(slot, got) == 0 ? 0 : -1;
+    tensor_unref(w);
+    w = left ? tensor_ref(left) : NULL;
+    tc_tensor *temps[] = { xj, slot, got, hit, left };
+    for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
+      tensor_unref(temps[i]);
+  }
+  tensor_unref(w);
+  return rc;
+}
+
+static tc_tensor *cuda_multinomial(const eager_call *c)
+{
+  const char *fn = c->fn;
+  tc_tensor *p = c->in[0];
+  int64_t m = p->shape[p->ndim - 1], n = c->shape[c->ndim - 1];
+  int64_t rows = p->ndim == 2 ? p->shape[0] : 1;
+  uint64_t seed = (uint64_t)c->s[0] << 32 | (uint64_t)c->s[1];
+  draw_ctx dc = { fn, cuda_positions(fn, 2, (int64_t[]){ 1, m }, 1, m),
+                  cuda_positions(fn, 0, NULL, -1, 0),
+                  cuda_scalar(fn, TC_F64, 0) };
+  tc_tensor *w0 = dc.pos && dc.zero_i && dc.zero_f
+                  ? cuda_copy_as(c, p, TC_F64) : NULL;
+  tc_tensor *w = w0 ? tensor_new_view(w0, 2, (int64_t[]){ rows, m },
+                                      (int64_t[]){ m, 1 }, w0->offset)
+                    : NULL;
+  tc_tensor *x = w ? cuda_uniforms(fn, seed, rows, n) : NULL;
+  tc_tensor *out = NULL;
+  if (x && c->keepdim) {   /* with replacement: every draw at once */
+    out = cuda_draws(&dc, w, x);
+  } else if (x) {
+    out = tensor_new_on(TC_DEV_CUDA, TC_I64, 2, (int64_t[]){ rows, n });
+    if (out && draw_one_at_a_time(&dc, tensor_ref(w), x, out) < 0)
+      out = (tensor_unref(out), NULL);
+  }
+  tc_tensor *r = out ? tensor_new_view(out, c->ndim, c->shape,
+                                       out->stride + 2 - c->ndim,
+                                       out->offset) : NULL;
+  tc_tensor *temps[] = { dc.pos, dc.zero_i, dc.zero_f, w0, w, x, out };
+  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
+    tensor_unref(temps[i]);
+  return r;
+}
+
 /* An in-place op: its twin computed into the target. A source that
 ** overlaps the target as another view is copied first (each point must
 ** read the values from before the write). */
@@ -1052,6 +1224,8 @@ static tc_tensor *cuda_dispatch(const eager_call *c)
     return cuda_scatter_add(c);
   case TC_OP_TOPK:
     return cuda_topk(c);
+  case TC_OP_MULTINOMIAL:
+    return cuda_multinomial(c);
   default:
     break;
   }

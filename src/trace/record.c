@@ -565,22 +565,6 @@ static tc_tensor *trace_eager(const eager_call *c)
   return run_now(c);
 }
 
-/* Ops that have no CUDA kernel step yet (multinomial) are not recorded on
-** the device: they run at the call, as eagerly, and fail there
-** with eager's message. The other extern ops are steps of a region that
-** run their CUDA handlers. */
-static bool recordable_on_cuda(const eager_call *c)
-{
-  switch (c->op) {
-  case TC_OP_MATMUL: case TC_OP_CONTIGUOUS: case TC_OP_CAT: case TC_OP_TAKE:
-  case TC_OP_GATHER: case TC_OP_ARGMAX: case TC_OP_ARGMIN:
-  case TC_OP_CUMSUM: case TC_OP_SCATTER_ADD: case TC_OP_TOPK:
-    return true;
-  default:
-    return op_table[c->op].kind != OPK_EX;
-  }
-}
-
 /* A call on the device is checked as eager checks it (all its tensors on
 ** one device, or eager's error now), its 0-d CPU operands are copied to
 ** the device (a region's inputs are all on its device), and then recorded
@@ -593,7 +577,7 @@ static tc_tensor *on_device(eager_kernel handler, const eager_call *c)
   tc_tensor *moved[3];
   if (eager_cuda_operands(c, &dc, moved) < 0)
     return NULL;
-  tc_tensor *r = recordable_on_cuda(&dc) ? handler(&dc) : run_now(&dc);
+  tc_tensor *r = handler(&dc);
   for (int e = 0; e < 3; e++)
     tensor_unref(moved[e]);
   return r;

@@ -834,13 +834,40 @@ static void test_llama_decodes_on_cuda(void **state)
   llama_free(&gpu);
 }
 
-static void test_externs_are_not_available_yet(void **state)
+/* multinomial on the device draws the CPU's indices: the same uniforms,
+** the same running sums in f64, so the same buckets; with and without
+** replacement, 1-D and 2-D, every float dtype, zero weights (never drawn),
+** a transposed view, and weights far apart in size (their sum rounds) */
+static void test_multinomial_equals_cpu(void **state)
 {
   (void)state;
-  tc_tensor *d = on_cuda(tc_rand(TC_F32, TC_SHAPE(4, 4), 6));
-  assert_null(tc_multinomial(d, 1, true, 3));
-  assert_non_null(strstr(tc_last_error(), "not available on cuda yet"));
-  tc_release(d);
+  size_t mark = tc_scope_begin();
+  float v[12] = { 1, 0, 3, 2,   0, 0, 5, 0,   1e-30f, 1, 0, 1e30f };
+  tc_tensor *w = tc_from_data(TC_F32, TC_SHAPE(3, 4), v, sizeof v);
+  tc_tensor *ps[] = {
+    w, tc_softmax(randn(5, 65, 70), -1), tc_rand(TC_F32, TC_SHAPE(40), 71),
+    tc_cast(tc_rand(TC_F32, TC_SHAPE(4, 9), 72), TC_F64),
+    tc_cast(tc_rand(TC_F32, TC_SHAPE(2, 30), 73), TC_BF16),
+    tc_cast(tc_rand(TC_F32, TC_SHAPE(3, 8), 74), TC_F16),
+    tc_transpose(tc_rand(TC_F32, TC_SHAPE(12, 6), 75), 0, 1),
+  };
+  for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+    tc_tensor *d = dev(ps[i]);
+    int64_t m = tc_size(ps[i], -1);
+    for (int repl = 0; repl < 2; repl++)
+      for (int64_t n = 1; n <= 7; n += 3) {
+        int64_t want_n = repl || i != 0 ? n : 1;   /* row 1 has one weight */
+        if (!repl && want_n > m)
+          continue;
+        tc_tensor *want = tc_multinomial(ps[i], want_n, repl, 80 + n);
+        tc_tensor *got = tc_multinomial(d, want_n, repl, 80 + n);
+        if (!got)
+          fail_msg("case %zu: %s", i, tc_last_error());
+        assert_string_equal(tc_device(got), "cuda");
+        assert_same_bits(want, got);
+      }
+  }
+  tc_scope_end(mark);
 }
 
 /* argmax and argmin on the device give the CPU's indices: the first best
@@ -978,7 +1005,7 @@ int main(void)
     cmocka_unit_test(test_topk_equals_cpu),
     cmocka_unit_test(test_gpt_trains_on_cuda),
     cmocka_unit_test(test_llama_decodes_on_cuda),
-    cmocka_unit_test(test_externs_are_not_available_yet),
+    cmocka_unit_test(test_multinomial_equals_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
