@@ -86,10 +86,13 @@ enum {
 /* GATHER: tc_gather along dim with an index of the table's shape,
 ** tc_index_select with a 1-D index of the dim's size, or tc_scatter_add of
 ** the table into itself with an index of its shape (many adds into some
-** places, none into others); either way the result has the table's shape.
-** The index is drawn when the step runs, uniform in [0, size along dim)
-** (rp_index). */
-enum { RP_G_GATHER, RP_G_INDEX_SELECT, RP_G_SCATTER_ADD, RP_G__N };
+** places, none into others), or the table sorted along dim (rp_sorted:
+** tc_topk of every element, largest first when s1 is odd, its values plus
+** its indices so that both are observed); either way the result has the
+** table's shape. The index is drawn when the step runs, uniform in
+** [0, size along dim) (rp_index). */
+enum { RP_G_GATHER, RP_G_INDEX_SELECT, RP_G_SCATTER_ADD, RP_G_SORT,
+       RP_G__N };
 
 enum { RP_U_NEG, RP_U_ABS, RP_U_EXP, RP_U_LOG, RP_U_SQRT, RP_U_RSQRT,
        RP_U_SIN, RP_U_COS, RP_U_TANH, RP_U_SIGMOID, RP_U_RELU, RP_U_GELU,
@@ -210,6 +213,8 @@ void rp_run(const rp_prog *p, const uint8_t *on, int inst, rp_obs *obs);
 extern bool rp_data_as_copy;
 /* GATHER's index for table t along dim (a new tensor, or NULL). */
 tc_tensor *rp_index(tc_tensor *t, int dim, int kind, uint64_t seed);
+/* SORT's result for t along dim (a new tensor, or NULL). */
+tc_tensor *rp_sorted(tc_tensor *t, int dim, bool largest);
 void rp_obs_free(rp_obs *obs, int n);
 
 /* First step whose observations differ (status, error text, shape, dtype or

@@ -144,6 +144,20 @@ tc_tensor *rp_index(tc_tensor *t, int dim, int kind, uint64_t seed)
   return i;
 }
 
+tc_tensor *rp_sorted(tc_tensor *t, int dim, bool largest)
+{
+  tc_tensor *v, *ix;
+  if (tc_topk(t, dim < tc_ndim(t) && dim >= -tc_ndim(t) ? tc_size(t, dim) : 0,
+              dim, largest, true, &v, &ix) != 0)
+    return NULL;
+  tc_tensor *at = tc_cast(ix, tc_dtype_of(v));
+  tc_tensor *r = tc_add(v, at);
+  tc_release(v);
+  tc_release(ix);
+  tc_release(at);
+  return r;
+}
+
 static void do_read(rp_obs *o, tc_tensor *t, int how)
 {
   if (how == RP_RD_DATA && rp_data_as_copy)
@@ -234,6 +248,10 @@ void rp_run(const rp_prog *p, const uint8_t *on, int inst, rp_obs *obs)
     case RP_REDUCE: r = reduce_f[s->k](a, s->dim, s->keepdim); break;
     case RP_SUM_ALL: r = tc_sum_all(a); break;
     case RP_GATHER: {
+      if (s->k == RP_G_SORT) {
+        r = rp_sorted(a, s->dim, (int64_t)s->s1 % 2 != 0);
+        break;
+      }
       tc_tensor *ix = rp_index(a, s->dim, s->k, (uint64_t)s->s1);
       r = s->k == RP_G_GATHER ? tc_gather(a, s->dim, ix)
           : s->k == RP_G_INDEX_SELECT ? tc_index_select(a, s->dim, ix)
@@ -528,6 +546,11 @@ void rp_print_step(const rp_prog *p, int i, FILE *out)
     break;
   case RP_SUM_ALL: fprintf(out, "tc_sum_all(v%d)", a); break;
   case RP_GATHER:
+    if (s->k == RP_G_SORT) {
+      fprintf(out, "rp_sorted(v%d, %d, %s)", a, s->dim,
+              (int64_t)s->s1 % 2 ? "true" : "false");
+      break;
+    }
     fprintf(out, "%s(v%d, %d, rp_index(v%d, %d, %d, %.0f)",
             s->k == RP_G_GATHER ? "tc_gather"
             : s->k == RP_G_INDEX_SELECT ? "tc_index_select" : "tc_scatter_add",
@@ -696,6 +719,15 @@ void rp_print_c(const rp_prog *p, const uint8_t *on, const int *insts,
 "  tc_tensor *u = kind != 1 ? tc_rand(TC_F64, nd, sh, seed)\n"
 "                           : tc_rand(TC_F64, 1, &n, seed);\n"
 "  return tc_cast(tc_floor(tc_mul_scalar(u, (double)n)), TC_I64);\n"
+"}\n\n"
+"/* SORT (randprog_run.c: rp_sorted): values plus indices */\n"
+"static tc_tensor *rp_sorted(tc_tensor *t, int dim, bool largest)\n"
+"{\n"
+"  tc_tensor *v, *ix;\n"
+"  int nd = tc_ndim(t);\n"
+"  if (tc_topk(t, dim < nd && dim >= -nd ? tc_size(t, dim) : 0, dim,\n"
+"              largest, true, &v, &ix) != 0) return NULL;\n"
+"  return tc_add(v, tc_cast(ix, tc_dtype_of(v)));\n"
 "}\n\n"
 "static void prog(int64_t R, int64_t C, int64_t K, int64_t B, double sc)\n"
 "{\n"
