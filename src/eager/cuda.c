@@ -611,6 +611,14 @@ static tc_tensor *cuda_cat(const eager_call *c)
 
 static tc_tensor *cuda_dispatch(const eager_call *c);
 
+/* Drop the references of an array of intermediates (NULLs skipped). */
+static void unref_all(tc_tensor *const *ts, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    tensor_unref(ts[i]);
+}
+#define UNREF_ALL(arr) unref_all(arr, sizeof arr / sizeof *arr)
+
 /* Pointwise op of in[0..nin) on the device. */
 static tc_tensor *cuda_pointwise(const char *fn, tc_op op, int nin,
                                  tc_tensor *const *in)
@@ -684,8 +692,7 @@ static tc_tensor *cuda_argbest(const eager_call *c)
                            (tc_tensor *[]){ is_nan, pos, at_best })))
     r = cuda_reduce(fn, TC_OP_MIN, at, d, c->keepdim && !row);
   tc_tensor *temps[] = { best, is_best, is_nan, pos, none, at_best, at, row };
-  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
-    tensor_unref(temps[i]);
+  UNREF_ALL(temps);
   return r;
 }
 
@@ -953,8 +960,7 @@ static tc_tensor *cuda_topk(const eager_call *c)
 done:;
   tc_tensor *temps[] = { rank, pos, kk, chosen, cs, one, placed, kj, rest,
                          dest, zeros, posx, full, first };
-  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
-    tensor_unref(temps[i]);
+  UNREF_ALL(temps);
   return r;
 }
 
@@ -1044,8 +1050,7 @@ static tc_tensor *cuda_draws(const draw_ctx *dc, tc_tensor *w, tc_tensor *x)
       (below = cuda_pointwise(fn, TC_OP_LT, 2, (tc_tensor *[]){ u, total })))
     r = cuda_pointwise(fn, TC_OP_WHERE, 3, (tc_tensor *[]){ below, cnt, last });
   tc_tensor *temps[] = { cum, total, u, cnt, pos, at, last, below };
-  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
-    tensor_unref(temps[i]);
+  UNREF_ALL(temps);
   return r;
 }
 
@@ -1089,8 +1094,7 @@ static int draw_one_at_a_time(const draw_ctx *dc, tc_tensor *w, tc_tensor *x,
     tensor_unref(w);
     w = left ? tensor_ref(left) : NULL;
     tc_tensor *temps[] = { xj, slot, got, hit, left };
-    for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
-      tensor_unref(temps[i]);
+    UNREF_ALL(temps);
   }
   tensor_unref(w);
   return rc;
@@ -1124,8 +1128,7 @@ static tc_tensor *cuda_multinomial(const eager_call *c)
                                        out->stride + 2 - c->ndim,
                                        out->offset) : NULL;
   tc_tensor *temps[] = { dc.pos, dc.zero_i, dc.zero_f, w0, w, x, out };
-  for (size_t i = 0; i < sizeof temps / sizeof *temps; i++)
-    tensor_unref(temps[i]);
+  UNREF_ALL(temps);
   return r;
 }
 

@@ -492,14 +492,21 @@ static void emit_offsets(rd *r, const char *u, const char *prefix)
   }
 }
 
+/* A grid-stride loop of a thread per unit `var` in [lo, hi), opened, with
+** the units' buffer offsets (prefix<b>). */
+static void emit_grid_stride(rd *r, const char *var, const char *prefix)
+{
+  fprintf(r->f, "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+          "  for (int64_t %s = lo + (int64_t)blockIdx.x * blockDim.x + "
+          "threadIdx.x; %s < hi; %s += step) {\n", var, var, var);
+  emit_offsets(r, var, prefix);
+}
+
 static void emit_map(rd *r)
 {
   const kir_kernel *k = r->k;
   FILE *f = r->f;
-  fputs("  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-        "  for (int64_t p = lo + (int64_t)blockIdx.x * blockDim.x + "
-        "threadIdx.x; p < hi; p += step) {\n", f);
-  emit_offsets(r, "p", "o");
+  emit_grid_stride(r, "p", "o");
   r->where = "map";
   int vals[KIR_MAX_PASSES];
   for (int p = 0; p < k->npasses; p++)
@@ -705,10 +712,7 @@ static void emit_seq_rows(rd *r)
 {
   const kir_kernel *k = r->k;
   FILE *f = r->f;
-  fputs("  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-        "  for (int64_t row = lo + (int64_t)blockIdx.x * blockDim.x + "
-        "threadIdx.x; row < hi; row += step) {\n", f);
-  emit_offsets(r, "row", "rb");
+  emit_grid_stride(r, "row", "rb");
   for (int p = 0; p < k->npasses; p++)
     if (k->pass[p].kind == KIR_PASS_SCAN)
       emit_scan(r, p);

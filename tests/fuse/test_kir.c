@@ -1,8 +1,9 @@
 /*
 ** test_kir.c -- kir_parse, the inverse of kir_print (tc-dump renders a
 ** stored kernel's CUDA C from it): hand-built kernels with every kind of
-** instruction and pass (sequential ones too) come back equal and print identically; every
-** kernel that fused programs build does too (through the launch hook);
+** instruction and pass (sequential ones too) come back equal and print
+** identically; every kernel that fused programs build does too (through
+** the launch hook);
 ** malformed text gets a clear reason, and truncations and byte flips of
 ** real printed kernels never crash it (each either fails or is canonical
 ** text of some kernel: a cut after a whole line may be a smaller one).
