@@ -837,7 +837,8 @@ static void test_llama_decodes_on_cuda(void **state)
 /* multinomial on the device draws the CPU's indices: the same uniforms,
 ** the same running sums in f64, so the same buckets; with and without
 ** replacement, 1-D and 2-D, every float dtype, zero weights (never drawn),
-** a transposed view, and weights far apart in size (their sum rounds) */
+** a transposed view, weights far apart in size (their sum rounds), and no
+** rows */
 static void test_multinomial_equals_cpu(void **state)
 {
   (void)state;
@@ -850,6 +851,7 @@ static void test_multinomial_equals_cpu(void **state)
     tc_cast(tc_rand(TC_F32, TC_SHAPE(2, 30), 73), TC_BF16),
     tc_cast(tc_rand(TC_F32, TC_SHAPE(3, 8), 74), TC_F16),
     tc_transpose(tc_rand(TC_F32, TC_SHAPE(12, 6), 75), 0, 1),
+    tc_zeros(TC_F32, TC_SHAPE(0, 5)),
   };
   for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
     tc_tensor *d = dev(ps[i]);
