@@ -370,16 +370,45 @@ __attribute__((noinline)) static void fiber_resume(fiber *f, unsigned t)
   SWITCH_FINISH(save, NULL, NULL);
 }
 
-/* Run one block: every thread up to its next barrier, in thread order,
-** until all have returned. A barrier some threads skip is an error (on a
-** device: a hang or undefined behaviour). */
-static int run_block(unsigned nthreads, char *why, size_t wlen)
+/* -- The schedule ------------------------------------------------------------
+** A device runs a block's threads, and a grid's blocks, in no fixed order,
+** so a kernel whose result depends on that order has a race: a thread
+** reading shared memory that another writes before the barrier between
+** them, or blocks sharing an output. The host runs one order at a time, and
+** a race can only show as a result that differs from eager's if the order
+** changes: so launches alternate between forward order (threads and blocks
+** by index) and reverse order, and every bitwise test of a kernel launched
+** more than once runs it both ways. TC_FAKE_ORDER=forward or reverse fixes
+** the order (to see whether a failure is a race). */
+
+static bool launch_reversed(void)
+{
+  static unsigned long nlaunch;
+  const char *o = getenv("TC_FAKE_ORDER");
+  if (o && strcmp(o, "forward") == 0)
+    return false;
+  if (o && strcmp(o, "reverse") == 0)
+    return true;
+  return nlaunch++ & 1;
+}
+
+/* The t-th thread or block to run of n. */
+static unsigned in_order(unsigned t, unsigned n, bool reversed)
+{
+  return reversed ? n - 1 - t : t;
+}
+
+/* Run one block: every thread up to its next barrier, in the launch's
+** order, until all have returned. A barrier some threads skip is an error
+** (on a device: a hang or undefined behaviour). */
+static int run_block(unsigned nthreads, bool reversed, char *why, size_t wlen)
 {
   for (unsigned t = 0; t < nthreads; t++)
     fiber_start(&run.f[t]);
   for (;;) {
     unsigned waiting = 0, done = 0;
-    for (unsigned t = 0; t < nthreads; t++) {
+    for (unsigned i = 0; i < nthreads; i++) {
+      unsigned t = in_order(i, nthreads, reversed);
       fiber *f = &run.f[t];
       if (f->done)
         continue;
@@ -420,9 +449,10 @@ int hr_launch(hr_module *m, unsigned grid, unsigned block,
   run.call = call;
   run.ctx = ctx;
   rc = 0;
-  for (unsigned b = 0; b < grid && rc == 0; b++) {
-    *m->bidx = (struct dim3){ b, 0, 0 };
-    rc = run_block(block, why, wlen);
+  bool reversed = launch_reversed();
+  for (unsigned i = 0; i < grid && rc == 0; i++) {
+    *m->bidx = (struct dim3){ in_order(i, grid, reversed), 0, 0 };
+    rc = run_block(block, reversed, why, wlen);
   }
 out:
   pthread_mutex_unlock(&launch_lock);

@@ -2,7 +2,9 @@
 ** hostrun.h -- CUDA C on the host: compile a rendered kernel's text with
 ** gcc and shim.h into a shared object (cached by text), and run one of its
 ** functions as every thread of a grid of blocks: blocks one after another,
-** each block's threads as fibers that meet at every barrier (TCK_SYNC).
+** each block's threads as fibers that meet at every barrier (TCK_SYNC),
+** launches alternating between forward and reverse order (a race shows as
+** a result that differs; TC_FAKE_ORDER=forward or reverse fixes it).
 ** Shared by hostexec.c (the TC_TEST_CUDA launch hook) and the fake CUDA
 ** driver (fake/), so both run the text exactly as it is written.
 */
