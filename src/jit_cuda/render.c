@@ -64,6 +64,7 @@ static const char prelude[] =
   "#define TCK_KERNEL static __device__ __forceinline__ void\n"
   "#define TCK_SHARED __shared__\n"
   "#define TCK_SYNC() __syncthreads()\n"
+  "#define TCK_UNROLL _Pragma(\"unroll\")\n"
   "#elif !defined(TCK_KERNEL)\n"
   "#error \"compile with NVRTC, or with a host shim that defines TCK_KERNEL\"\n"
   "#endif\n";
@@ -658,7 +659,23 @@ static void emit_rows(rd *r)
 ** (grid-stride over rows, as MAP over points), each pass a loop over the
 ** row's positions in order, as the CPU's loop takes them. */
 
-/* A SCAN pass: the running fold stored at each position. */
+/* A SCAN pass: the running fold stored at each position. The folds are
+** one chain, so the thread's time goes to waiting on its loads: they are
+** issued SCAN_BATCH positions at a time, ahead of that batch's folds and
+** stores (safe as a scan stores into a fresh buffer: cuda_cumsum's), then
+** the last positions one by one. The same folds in the same order. */
+#define SCAN_BATCH 16
+
+static void emit_scan_fold(rd *r, const kir_pass *ps, const char *v,
+                           const char *indent)
+{
+  int dt = r->k->ins[ps->value].dtype;
+  fprintf(r->f, "%sacc = ", indent);
+  combine(r, ps->red, dt, "acc", v);
+  fputs(";\n", r->f);
+  emit_store_of(r, ps->out, "acc", dt, indent);
+}
+
 static void emit_scan(rd *r, int p)
 {
   const kir_pass *ps = &r->k->pass[p];
@@ -669,15 +686,24 @@ static void emit_scan(rd *r, int p)
     fail(r, "pass%d: a scan of %s", p, dt);
   identity(r, id, sizeof id, ps->red, dt);
   snprintf(v, sizeof v, "v%d", ps->value);
-  fprintf(f, "    {\n      %s acc = %s;\n"
-          "      for (int64_t pos = 0; pos < rowlen; pos++) {\n", ctype[dt],
-          id);
   r->where = "pos";
+  fprintf(f, "    {\n      %s acc = %s;\n      int64_t at = 0;\n"
+          "      for (; at + %d <= rowlen; at += %d) {\n"
+          "        %s vb[%d];\n"
+          "        TCK_UNROLL\n"
+          "        for (int u = 0; u < %d; u++) {\n"
+          "          const int64_t pos = at + u;\n", ctype[dt], id,
+          SCAN_BATCH, SCAN_BATCH, ctype[dt], SCAN_BATCH, SCAN_BATCH);
+  emit_values(r, &ps->value, 1, "          ");
+  fprintf(f, "          vb[u] = %s;\n        }\n"
+          "        TCK_UNROLL\n"
+          "        for (int u = 0; u < %d; u++) {\n"
+          "          const int64_t pos = at + u;\n", v, SCAN_BATCH);
+  emit_scan_fold(r, ps, "vb[u]", "          ");
+  fputs("        }\n      }\n"
+        "      for (int64_t pos = at; pos < rowlen; pos++) {\n", f);
   emit_values(r, &ps->value, 1, "        ");
-  fputs("        acc = ", f);
-  combine(r, ps->red, dt, "acc", v);
-  fputs(";\n", f);
-  emit_store_of(r, ps->out, "acc", dt, "        ");
+  emit_scan_fold(r, ps, v, "        ");
   fputs("      }\n    }\n", f);
 }
 

@@ -21,5 +21,6 @@ void (*tck_sync_hook)(void);
 #define TCK_KERNEL void
 #define TCK_SHARED static   /* one block runs at a time */
 #define TCK_SYNC() tck_sync_hook()
+#define TCK_UNROLL   /* gcc unrolls as it judges */
 
 #endif

@@ -477,10 +477,10 @@ static void seq_check(void *ctx)
   }
 }
 
-static void test_sequential_passes(void **state)
+/* Rows of len: the scan's loads go in batches of 16, then one at a time. */
+static void check_sequential(int64_t len)
 {
-  (void)state;
-  seq_case c = { .rows = 7, .len = 1000, .places = 5 };
+  seq_case c = { .rows = 7, .len = len, .places = 5 };
   size_t n = (size_t)(c.rows * c.len);
   float *x = malloc(n * sizeof *x);
   int64_t *idx = malloc(n * sizeof *idx);
@@ -521,6 +521,14 @@ static void test_sequential_passes(void **state)
   free(idx);
   free(c.cum);
   free(c.acc);
+}
+
+static void test_sequential_passes(void **state)
+{
+  (void)state;
+  static const int64_t lens[] = { 1, 15, 16, 17, 1003 };
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+    check_sequential(lens[i]);
 }
 
 /* -- Split reductions: phases across blocks, the same canonical order ------- */
