@@ -24,6 +24,14 @@
 #   6. the whole test suite, time allowing
 # Output: a log folder (GPU_CHECK_OUT, default /tmp/tc-gpu-check.XXXXXX)
 # with one file per step and summary.txt.
+#
+# On a machine without tc's libraries: make gpu-pack/tc-gpu.tar.xz here
+# (bench/gpu-pack.sh), carry gpu-pack along, and run this script with no
+# BUILD: it unpacks the build as build-gpu, points the programs at the
+# packed libraries the machine lacks (only those: its own zlib or zstd
+# stay first for gcc and python), puts libgccjit 12's link files in
+# place when the machine's gcc is another version, and links the path the
+# pack was made at to this checkout (the build names its sources by it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -36,6 +44,27 @@ note() { echo "$*" | tee -a "$summary"; }
 left() { echo $((480 - ($(date +%s) - start))); }   # seconds of the 8 minutes
 
 note "tc gpu-check, $(date -u +%FT%TZ), logs in $out"
+pack=$root/gpu-pack/tc-gpu.tar.xz
+if [ -z "${1:-}" ] && [ -f "$pack" ]; then
+  un=$root/gpu-pack/unpacked
+  rm -rf "$un" && mkdir -p "$un" && tar -C "$un" -xJf "$pack"
+  made_at=$(cat "$un/root")
+  if [ "$made_at" != "$root" ] && [ ! -e "$made_at" ]; then
+    mkdir -p "$(dirname "$made_at")" && ln -s "$root" "$made_at"
+  elif [ "$made_at" != "$root" ]; then
+    note "pack: $made_at exists and is not this checkout: the build's paths to its sources (the CUDA shim, meson test) may name other files"
+  fi
+  rm -rf "$root/build-gpu" && mv "$un/build-gpu" "$root/build-gpu"
+  build=$root/build-gpu   # by the pack's path where that leads here
+  [ "$(readlink -f "$made_at")" = "$root" ] && build=$made_at/build-gpu
+  for f in "$un"/lib/*; do   # keep only what the machine lacks
+    ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " && rm -f "$f"
+  done
+  export LD_LIBRARY_PATH=$un/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  gcc12=/usr/lib/gcc/x86_64-linux-gnu/12
+  [ -x "$gcc12/collect2" ] || { mkdir -p "$gcc12" && cp "$un"/gcc12/* "$gcc12/"; }
+  note "pack: $pack unpacked (made at $made_at; libraries used from it: $(ls "$un/lib" | tr '\n' ' '))"
+fi
 # 1. The machine
 {
   nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total \
