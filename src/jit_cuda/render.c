@@ -450,9 +450,10 @@ static void emit_setup(rd *r)
   for (int d = 0; d < k->ndim; d++)
     if (k->dynamic)
       fprintf(f, "  const int64_t n%d = dims[%d]; (void)n%d;\n", d, d, d);
-    else
+    else   /* a size 0 leaves no units to run: 1 spares NVRTC's warning
+              of a division by zero in the coordinates */
       fprintf(f, "  const int64_t n%d = %" PRId64 "; (void)n%d;\n", d,
-              k->size[d], d);
+              k->size[d] > 0 ? k->size[d] : 1, d);
   if (k->dynamic)
     fprintf(f, "  const int64_t rowlen = dims[%d];\n", rowax);
   else
