@@ -12,7 +12,7 @@
 #     for a machine whose gcc is another version;
 #   - root: the repository's path here, which the build's paths name.
 # gpu-check.sh unpacks it when it finds it (see there). Carry the archive
-# (about 20 MB) with the working tree: the device tool's `carry` names
+# (about 14 MB) with the working tree: the device tool's `carry` names
 # gpu-pack. The archive is rebuilt from scratch each time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
