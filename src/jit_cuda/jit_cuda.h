@@ -103,7 +103,7 @@ void jcuda_alloc_release_cache(void);
 **                       const int64_t *dims, int64_t lo, int64_t hi)
 ** bufs, scalars and dims as in kir.h (device pointers on a GPU). [lo, hi)
 ** is a range of flat points (KIR_MAP: grid-stride loop, one point per
-** thread per step) or of flat rows (KIR_ROWS: a block per row, grid-stride
+** thread per step, or 4 where aligned: jcuda_map_points_per_thread) or of flat rows (KIR_ROWS: a block per row, grid-stride
 ** over rows; blockDim.x a power of two from 16 to JCUDA_MAX_THREADS; a
 ** sequential kernel, kir_sequential: a thread per row, as MAP).
 ** Results never depend on the grid or block size. */
@@ -185,6 +185,10 @@ int jcuda_launch_kernel(jcuda_function fn, const kir_kernel *k,
 ** when k uses something the renderer does not emit (an integer DIV, a
 ** transcendental of an integer) or memory runs out. */
 char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen);
+/* Points a thread of MAP kernel k takes at a time where its buffers allow
+** (render.c's vector loop: aligned 4-to-16-byte loads and stores): 4, or 1
+** when k has no vector loop. The launch sizes its grid by it. */
+int jcuda_map_points_per_thread(const kir_kernel *k);
 /* The APPROX_FMA the rendered kernels define (the host build's, 0 or 1). */
 int jcuda_render_fma(void);
 
@@ -214,7 +218,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** by builds that differ in it must not mix their cubins)
 ** ("cuda nvrtc 13.0 sm_90 render 4 fma 1 -fmad=false ..."). Into buf;
 ** returns buf. */
-#define JCUDA_RENDER_VERSION 6
+#define JCUDA_RENDER_VERSION 7
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif

@@ -29,8 +29,10 @@ void jcuda_launch_config(const kir_kernel *k, int sm_count,
   int64_t units = kir_units(k), sm = sm_count > 0 ? sm_count : 1;
   *lc = (jcuda_launch_cfg){ 0 };
   if (k->kind == KIR_MAP || kir_sequential(k)) {   /* a thread per unit */
+    int per = k->kind == KIR_MAP ? jcuda_map_points_per_thread(k) : 1;
+    int64_t threads = (units + per - 1) / per;
     lc->block = 256;
-    lc->grid = clamp_grid((units + 255) / 256, sm * 4);
+    lc->grid = clamp_grid((threads + 255) / 256, sm * 4);
     return;
   }
   int64_t nch = chunks_of(k);

@@ -8,7 +8,9 @@
 ** Shape of the generated code (static kernels bake sizes and strides in as
 ** constants; dynamic ones read them from `dims` at entry):
 **   MAP   for p in [lo, hi), grid-stride: coordinates of p, one offset per
-**         buffer, the instructions the passes need, the stores.
+**         buffer, the instructions the passes need, the stores; where the
+**         buffers allow, first a vector loop taking 4 points a thread
+**         (aligned vector loads and stores, the same per-point math).
 **   ROWS  for row r in [lo, hi), a block per row (grid-stride over rows);
 **         passes in order, each ending in a barrier:
 **         REDUCE  the canonical order, computed by the block: in rounds of
@@ -65,6 +67,7 @@ static const char prelude[] =
   "#define TCK_SHARED __shared__\n"
   "#define TCK_SYNC() __syncthreads()\n"
   "#define TCK_UNROLL _Pragma(\"unroll\")\n"
+  "#define TCK_VEC(T, p) (*(T *)(p))\n"
   "#elif !defined(TCK_KERNEL)\n"
   "#error \"compile with NVRTC, or with a host shim that defines TCK_KERNEL\"\n"
   "#endif\n";
@@ -97,10 +100,22 @@ static const char *half_to(int dt)
   return dt == TC_F16 ? "half_f32_from_f16" : "half_f32_from_bf16";
 }
 
+/* How the vector MAP loop (VEC points a thread) reaches each buffer. */
+typedef enum {
+  VM_POINT,    /* each point's own element: b<b>[o<b> + q * s<b>_<last>]
+                  (GATHER buffers, and outside the vector loop) */
+  VM_VECTOR,   /* the VEC points' elements, one aligned load or store of
+                  x<b> (stride 1 along the last dim) */
+  VM_BCAST,    /* one element for all VEC points (stride 0 along it) */
+  VM_EITHER    /* a dynamic kernel's input: x<b>, filled by one vector
+                  load or from one element as the stride says at run time */
+} vec_mode;
+
 typedef struct {
   FILE *f;
   const kir_kernel *k;
   const char *where;        /* offset expression context, see load_at */
+  uint8_t vmode[KIR_MAX_BUFS];   /* where "vec": vec_mode of each buffer */
   bool bad;
   char why[160];
 } rd;
@@ -369,10 +384,20 @@ static void instr_expr(rd *r, int i)
   fail(r, "%%%d: opcode %s", i, TC_F32);
 }
 
-/* Element of buffer b at the current position: MAP "o<b>", a row position
+/* Element of buffer b at the current position: MAP "o<b>", point q of a
+** vector group by the buffer's vec_mode, a row position
 ** "rb<b> + pos * s<b>_<rowax>", once per row "rb<b>". */
 static void load_at(rd *r, int b)
 {
+  if (strcmp(r->where, "vec") == 0) {
+    if (r->vmode[b] == VM_VECTOR || r->vmode[b] == VM_EITHER)
+      fprintf(r->f, "x%d.v[q]", b);
+    else if (r->vmode[b] == VM_BCAST)
+      fprintf(r->f, "b%d[o%d]", b, b);
+    else
+      fprintf(r->f, "b%d[o%d + q * s%d_%d]", b, b, b, r->k->ndim - 1);
+    return;
+  }
   fprintf(r->f, "b%d[", b);
   if (strcmp(r->where, "map") == 0)
     fprintf(r->f, "o%d]", b);
@@ -494,28 +519,197 @@ static void emit_offsets(rd *r, const char *u, const char *prefix)
   }
 }
 
-/* A grid-stride loop of a thread per unit `var` in [lo, hi), opened, with
-** the units' buffer offsets (prefix<b>). */
-static void emit_grid_stride(rd *r, const char *var, const char *prefix)
+/* A grid-stride loop of a thread per unit `var` in [from, hi), opened,
+** with the units' buffer offsets (prefix<b>). */
+static void emit_grid_stride(rd *r, const char *var, const char *from,
+                             const char *prefix)
 {
-  fprintf(r->f, "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-          "  for (int64_t %s = lo + (int64_t)blockIdx.x * blockDim.x + "
-          "threadIdx.x; %s < hi; %s += step) {\n", var, var, var);
+  fprintf(r->f, "  for (int64_t %s = %s + (int64_t)blockIdx.x * blockDim.x + "
+          "threadIdx.x; %s < hi; %s += step) {\n", var, from, var, var);
   emit_offsets(r, var, prefix);
+}
+
+static void emit_step(rd *r)
+{
+  fputs("  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n", r->f);
+}
+
+/* The per-point body of a MAP kernel: every pass's value, then the stores. */
+static void emit_map_point(rd *r, const char *indent)
+{
+  const kir_kernel *k = r->k;
+  int vals[KIR_MAX_PASSES];
+  for (int p = 0; p < k->npasses; p++)
+    vals[p] = k->pass[p].value;
+  emit_values(r, vals, k->npasses, indent);
+  for (int p = 0; p < k->npasses; p++)
+    emit_store(r, k->pass[p].out, k->pass[p].value, indent);
+}
+
+/* -- Vector MAP ---------------------------------------------------------------
+** Points are row-major, so VEC consecutive points from a multiple of VEC
+** share their outer coordinates when the last dim's size is a multiple of
+** VEC: a buffer of stride 1 along it holds their elements side by side (one
+** 4-to-16-byte load or store, where aligned), one of stride 0 holds one
+** element for all. A thread then takes VEC points at a time, with each
+** point's math exactly as the one-point loop writes it (emit_map_point),
+** so the path taken changes no bit. It runs when, at run time, the range
+** starts at a multiple of VEC and every vector buffer's elements are
+** aligned (its base, and its outer strides multiples of VEC); the points
+** it leaves, and every point when it cannot run, take the one-point loop. */
+#define VEC 4
+
+/* The bytes a group's vector of a buffer of dtype dt is aligned to: its
+** size, at most 16 (one load instruction's). */
+static int vec_align(int dt)
+{
+  int size = (int)tc_dtype_size((tc_dtype)dt) * VEC;
+  return size < 16 ? size : 16;
+}
+
+/* The vec_mode of every buffer of MAP kernel k, and whether the vector
+** loop can run at all (false: it is not emitted). A static kernel's sizes
+** and strides decide at render time; a dynamic one's at run time. */
+static bool vec_plan(const kir_kernel *k, uint8_t *vmode)
+{
+  if (k->kind != KIR_MAP || k->ndim < 1)
+    return false;
+  int last = k->ndim - 1;
+  if (!k->dynamic && k->size[last] % VEC != 0)
+    return false;
+  bool any = false;
+  for (int b = 0; b < k->nbufs; b++) {
+    const kir_buf *bf = &k->buf[b];
+    if (bf->gather) {
+      vmode[b] = VM_POINT;
+      continue;
+    }
+    if (k->dynamic) {
+      vmode[b] = bf->role == KIR_IN ? VM_EITHER : VM_VECTOR;
+      any = true;
+      continue;
+    }
+    if (bf->stride[last] == 0 && bf->role == KIR_IN) {
+      vmode[b] = VM_BCAST;
+      continue;
+    }
+    if (bf->stride[last] != 1)
+      return false;
+    for (int d = 0; d < last; d++)
+      if (bf->stride[d] % VEC != 0)
+        return false;
+    vmode[b] = VM_VECTOR;
+    any = true;
+  }
+  return any;
+}
+
+int jcuda_map_points_per_thread(const kir_kernel *k)
+{
+  uint8_t vmode[KIR_MAX_BUFS];
+  return vec_plan(k, vmode) ? VEC : 1;
+}
+
+/* One type per storage type: VEC elements, aligned as vec_align says. */
+static void emit_vec_types(rd *r)
+{
+  static const int dts[] = { TC_F32, TC_F64, TC_I32, TC_I64, TC_BOOL,
+                             TC_F16 };
+  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+    fprintf(r->f, "typedef struct __attribute__((aligned(%d))) { %s v[%d]; }"
+            " tck_vec_%s;\n", vec_align(dts[i]), stype(dts[i]), VEC,
+            stype(dts[i]));
+}
+
+/* Can buffer b's elements be moved a vector at a time (c<b>)? */
+static void emit_vec_can(rd *r, int b)
+{
+  const kir_kernel *k = r->k;
+  int last = k->ndim - 1;
+  fprintf(r->f, "  const int c%d = s%d_%d == 1", b, b, last);
+  for (int d = 0; d < last; d++)
+    fprintf(r->f, " && s%d_%d %% %d == 0", b, d, VEC);
+  fprintf(r->f, " && (uint64_t)b%d %% %d == 0;\n", b,
+          vec_align(k->buf[b].dtype));
+}
+
+/* vhi: the vector loop takes points [lo, vhi) (none when it cannot run). */
+static void emit_vec_gate(rd *r)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  int last = k->ndim - 1;
+  for (int b = 0; b < k->nbufs; b++)
+    if (r->vmode[b] == VM_VECTOR || r->vmode[b] == VM_EITHER)
+      emit_vec_can(r, b);
+  fprintf(f, "  int64_t vhi = lo;\n  if (n%d %% %d == 0 && lo %% %d == 0",
+          last, VEC, VEC);
+  for (int b = 0; b < k->nbufs; b++)
+    if (r->vmode[b] == VM_VECTOR)
+      fprintf(f, " && c%d", b);
+    else if (r->vmode[b] == VM_EITHER)
+      fprintf(f, " && (c%d || s%d_%d == 0)", b, b, last);
+  fprintf(f, ")\n    vhi = lo + (hi - lo) / %d * %d;\n", VEC, VEC);
+}
+
+/* Group g's vectors of loaded and stored buffers, loaded where needed. */
+static void emit_vec_loads(rd *r, const uint8_t *loaded)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  for (int b = 0; b < k->nbufs; b++) {
+    int m = r->vmode[b];
+    if (m != VM_VECTOR && m != VM_EITHER)
+      continue;
+    const char *t = stype(k->buf[b].dtype);
+    fprintf(f, "    tck_vec_%s x%d;\n", t, b);
+    if (!loaded[b])
+      continue;
+    if (m == VM_VECTOR)
+      fprintf(f, "    x%d = TCK_VEC(tck_vec_%s, &b%d[o%d]);\n", b, t, b, b);
+    else
+      fprintf(f, "    if (c%d)\n      x%d = TCK_VEC(tck_vec_%s, &b%d[o%d]);\n"
+              "    else\n      for (int q = 0; q < %d; q++)\n"
+              "        x%d.v[q] = b%d[o%d];\n", b, b, t, b, b, VEC, b, b, b);
+  }
+}
+
+static void emit_vec_loop(rd *r)
+{
+  const kir_kernel *k = r->k;
+  FILE *f = r->f;
+  uint8_t loaded[KIR_MAX_BUFS] = { 0 };
+  for (int i = 0; i < k->ninstrs; i++)
+    if (k->ins[i].op == KOP_LOAD)
+      loaded[k->ins[i].ref] = 1;
+  emit_vec_gate(r);
+  fprintf(f, "  for (int64_t g = lo / %d + (int64_t)blockIdx.x * blockDim.x "
+          "+ threadIdx.x; g < vhi / %d; g += step) {\n", VEC, VEC);
+  char first[32];
+  snprintf(first, sizeof first, "g * %d", VEC);
+  emit_offsets(r, first, "o");
+  emit_vec_loads(r, loaded);
+  r->where = "vec";
+  fprintf(f, "    TCK_UNROLL\n    for (int q = 0; q < %d; q++) {\n", VEC);
+  emit_map_point(r, "      ");
+  fputs("    }\n", f);
+  for (int b = 0; b < k->nbufs; b++)
+    if (k->buf[b].role == KIR_OUT && r->vmode[b] == VM_VECTOR)
+      fprintf(f, "    TCK_VEC(tck_vec_%s, &b%d[o%d]) = x%d;\n",
+              stype(k->buf[b].dtype), b, b, b);
+  fputs("  }\n", f);
 }
 
 static void emit_map(rd *r)
 {
-  const kir_kernel *k = r->k;
   FILE *f = r->f;
-  emit_grid_stride(r, "p", "o");
+  emit_step(r);
+  bool vec = vec_plan(r->k, r->vmode);
+  if (vec)
+    emit_vec_loop(r);
+  emit_grid_stride(r, "p", vec ? "vhi" : "lo", "o");
   r->where = "map";
-  int vals[KIR_MAX_PASSES];
-  for (int p = 0; p < k->npasses; p++)
-    vals[p] = k->pass[p].value;
-  emit_values(r, vals, k->npasses, "    ");
-  for (int p = 0; p < k->npasses; p++)
-    emit_store(r, k->pass[p].out, k->pass[p].value, "    ");
+  emit_map_point(r, "    ");
   fputs("  }\n", f);
 }
 
@@ -739,7 +933,8 @@ static void emit_seq_rows(rd *r)
 {
   const kir_kernel *k = r->k;
   FILE *f = r->f;
-  emit_grid_stride(r, "row", "rb");
+  emit_step(r);
+  emit_grid_stride(r, "row", "lo", "rb");
   for (int p = 0; p < k->npasses; p++)
     if (k->pass[p].kind == KIR_PASS_SCAN)
       emit_scan(r, p);
@@ -968,6 +1163,8 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   if (k->kind == KIR_ROWS && !seq)   /* one block's scratch, shared by
                                         every phase */
     fprintf(f, "\nTCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
+  if (jcuda_map_points_per_thread(k) > 1)
+    emit_vec_types(&r);
   fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
         "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);
   emit_setup(&r);

@@ -23,6 +23,7 @@
 #include "../../src/eager/eager.h"
 #include "../../src/jit_cuda/jit_cuda.h"
 #include "../../src/tensor/approx.h"
+#include "../../src/tensor/half.h"
 
 #define B(g, b) { .grid = g, .block = b }
 static const hx_config configs[] = {
@@ -209,6 +210,156 @@ static void test_map_matches_approx(void **state)
     nvrtc_accepts(k);
     free(k);
   }
+}
+
+/* -- MAP, 4 points a thread where buffers allow ------------------------------ */
+
+/* A [VR, VC] space whose last dim is a multiple of 4, so render.c's vector
+** loop applies: contiguous f32 and f16 inputs (vector loads), a per-row f64
+** and i64 (stride 0 along the last dim: one element per group), a gathered
+** f32 table (each point's own element), and f32, bool, f16 outputs (vector
+** stores). Each run names a range and may shift a base off its alignment:
+** either stops the vector loop for some or all points, and every point
+** must come out the same. */
+#define VR 5
+#define VC 12
+#define VT 3
+
+typedef struct {
+  _Alignas(16) float a[VR * VC + 1];
+  _Alignas(16) uint16_t h[VR * VC + 1];
+  double r[VR];
+  int64_t idx[VR];
+  float table[VT][VC];
+  _Alignas(16) float out[VR * VC + 1];
+  _Alignas(16) uint8_t gt[VR * VC + 1];
+  _Alignas(16) uint16_t hout[VR * VC + 1];
+  int shift;            /* 1: a, h and out start one element in */
+  int64_t cols, lo, hi;
+} vec_case;
+
+static void vec_fill(void *p)
+{
+  vec_case *c = p;
+  memset(c->out, 0xff, sizeof c->out);
+  memset(c->gt, 0x55, sizeof c->gt);
+  memset(c->hout, 0x77, sizeof c->hout);
+}
+
+static void vec_check(void *p)
+{
+  vec_case *c = p;
+  int64_t units = VR * c->cols;
+  for (int64_t u = 0; u < units; u++) {
+    int64_t i = u / c->cols, j = u % c->cols, at = u + c->shift;
+    float wout, got = c->out[at];
+    uint8_t wgt, ggt = c->gt[at];
+    uint16_t wh, gh = c->hout[at];
+    if (u >= c->lo && u < c->hi) {   /* a * r + h + table[idx][j] */
+      float m = c->a[at] * (float)c->r[i];
+      float s = m + half_f32_from_f16(c->h[at]);
+      wout = s + c->table[c->idx[i]][j];
+      wgt = c->a[at] > 0.0f;
+      wh = half_f16_from_f32(wout);
+    } else {   /* outside the range: untouched */
+      memset(&wout, 0xff, sizeof wout);
+      wgt = 0x55;
+      wh = 0x7777;
+    }
+    if (!same_bits_f32(got, wout) || ggt != wgt || gh != wh)
+      fail_msg("cols %lld shift %d range [%lld, %lld) point %lld: %a %u "
+               "%04x, want %a %u %04x", (long long)c->cols, c->shift,
+               (long long)c->lo, (long long)c->hi, (long long)u, (double)got,
+               ggt, gh, (double)wout, wgt, wh);
+  }
+}
+
+static kir_kernel *vec_kernel(int64_t cols, bool dynamic)
+{
+  kir_kernel *k = new_kernel(KIR_MAP, 2);
+  k->dynamic = dynamic;
+  k->size[0] = VR;
+  k->size[1] = cols;
+  int a = add_buf(k, KIR_IN, TC_F32, (int64_t[]){ cols, 1, 0 });
+  int r = add_buf(k, KIR_IN, TC_F64, (int64_t[]){ 1, 0, 0 });
+  int h = add_buf(k, KIR_IN, TC_F16, (int64_t[]){ cols, 1, 0 });
+  int idx = add_buf(k, KIR_IN, TC_I64, (int64_t[]){ 1, 0, 0 });
+  int t = add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 0, 1, 0 });
+  k->buf[t].gather = true;
+  k->buf[t].gstride = VC;
+  k->buf[t].gsize = VT;
+  int out = add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ cols, 1, 0 });
+  int gt = add_buf(k, KIR_OUT, TC_BOOL, (int64_t[]){ cols, 1, 0 });
+  int hout = add_buf(k, KIR_OUT, TC_F16, (int64_t[]){ cols, 1, 0 });
+  int va = kir_load(k, a);
+  int m = kir_emit(k, KOP_MUL, TC_F32, va,
+                   kir_cast(k, TC_F32, kir_load(k, r)), -1);
+  int s = kir_emit(k, KOP_ADD, TC_F32, m, kir_load(k, h), -1);
+  int v = kir_emit(k, KOP_ADD, TC_F32, s,
+                   kir_gather(k, t, kir_load(k, idx)), -1);
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, out, v);
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, gt,
+           kir_emit(k, KOP_GT, TC_BOOL, va, kir_const(k, TC_F32, 0), -1));
+  add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, hout, v);
+  return k;
+}
+
+static void test_map_vector_loop(void **state)
+{
+  (void)state;
+  vec_case *c = calloc(1, sizeof *c);
+  assert_non_null(c);
+  for (int u = 0; u < VR * VC + 1; u++) {
+    c->a[u] = (float)(u % 23) * 0.37f - 3.1f;
+    c->h[u] = half_f16_from_f32((float)(u % 11) * 0.71f - 2.0f);
+  }
+  for (int i = 0; i < VR; i++) {
+    c->r[i] = 0.3 + 0.77 * i;
+    c->idx[i] = (i * 2) % VT;
+  }
+  for (int i = 0; i < VT; i++)
+    for (int j = 0; j < VC; j++)
+      c->table[i][j] = (float)(i * VC + j) * 0.013f;
+  /* 4 points a thread only where the last dim is a multiple of 4 */
+  kir_kernel *k12 = vec_kernel(12, false), *k10 = vec_kernel(10, false);
+  assert_int_equal(jcuda_map_points_per_thread(k12), 4);
+  assert_int_equal(jcuda_map_points_per_thread(k10), 1);
+  k12->buf[0].stride[1] = 2;   /* a strided input: one point a thread */
+  assert_int_equal(jcuda_map_points_per_thread(k12), 1);
+  free(k12);
+  free(k10);
+  static const int64_t cols[] = { 12, 10 };
+  for (int ci = 0; ci < 2; ci++)
+    for (int dyn = 0; dyn < 2; dyn++) {
+      kir_kernel *k = vec_kernel(cols[ci], dyn);
+      int64_t dims[32], units = VR * cols[ci];
+      assert_true(kir_dyn_len(k) <= 32);
+      kir_dyn_fill(k, dims);
+      const int64_t ranges[][2] = { { 0, units }, { 1, units - 2 },
+                                    { 4, units - 3 }, { 8, 8 } };
+      for (int ri = 0; ri < 4; ri++)
+        for (c->shift = 0; c->shift < 2; c->shift++) {
+          c->cols = cols[ci];
+          c->lo = ranges[ri][0];
+          c->hi = ranges[ri][1];
+          char *bufs[] = { (char *)(c->a + c->shift), (char *)c->r,
+                           (char *)(c->h + c->shift), (char *)c->idx,
+                           (char *)c->table, (char *)(c->out + c->shift),
+                           (char *)(c->gt + c->shift),
+                           (char *)(c->hout + c->shift) };
+          for (int g = 0; g < NCONFIGS; g++) {
+            char why[200] = "";
+            vec_fill(c);
+            if (hx_run(k, bufs, NULL, dyn ? dims : NULL, c->lo, c->hi,
+                       configs[g], why, sizeof why) != 0)
+              fail_msg("host run: %s", why);
+            vec_check(c);
+          }
+        }
+      nvrtc_accepts(k);
+      free(k);
+    }
+  free(c);
 }
 
 /* -- Integer semantics: wrap-around, saturating casts ------------------------ */
@@ -761,6 +912,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_no_device_is_a_clear_error),
     cmocka_unit_test(test_stub_library_is_no_device),
     cmocka_unit_test(test_map_matches_approx),
+    cmocka_unit_test(test_map_vector_loop),
     cmocka_unit_test(test_integer_semantics),
     cmocka_unit_test(test_rows_follow_the_canonical_order),
     cmocka_unit_test(test_rows_strided),
