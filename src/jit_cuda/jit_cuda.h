@@ -185,9 +185,10 @@ int jcuda_launch_kernel(jcuda_function fn, const kir_kernel *k,
 ** when k uses something the renderer does not emit (an integer DIV, a
 ** transcendental of an integer) or memory runs out. */
 char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen);
-/* Points a thread of MAP kernel k takes at a time where its buffers allow
-** (render.c's vector loop: aligned 4-to-16-byte loads and stores): 4, or 1
-** when k has no vector loop. The launch sizes its grid by it. */
+/* Points a thread of MAP kernel k takes at a time (render.c's vector loop:
+** aligned 4-to-16-byte loads and stores): 4 where k's sizes and strides
+** (a dynamic kernel's: this call's) let the loop take them, else 1. The
+** launch sizes its grid by it. */
 int jcuda_map_points_per_thread(const kir_kernel *k);
 /* The APPROX_FMA the rendered kernels define (the host build's, 0 or 1). */
 int jcuda_render_fma(void);

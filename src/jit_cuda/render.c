@@ -567,26 +567,21 @@ static int vec_align(int dt)
   return size < 16 ? size : 16;
 }
 
-/* The vec_mode of every buffer of MAP kernel k, and whether the vector
-** loop can run at all (false: it is not emitted). A static kernel's sizes
-** and strides decide at render time; a dynamic one's at run time. */
-static bool vec_plan(const kir_kernel *k, uint8_t *vmode)
+/* The vec_mode of every buffer of MAP kernel k for its sizes and strides
+** (a dynamic kernel's: this call's), and whether they let the vector loop
+** take its points. */
+static bool vec_fits(const kir_kernel *k, uint8_t *vmode)
 {
   if (k->kind != KIR_MAP || k->ndim < 1)
     return false;
   int last = k->ndim - 1;
-  if (!k->dynamic && k->size[last] % VEC != 0)
+  if (k->size[last] % VEC != 0)
     return false;
   bool any = false;
   for (int b = 0; b < k->nbufs; b++) {
     const kir_buf *bf = &k->buf[b];
     if (bf->gather) {
       vmode[b] = VM_POINT;
-      continue;
-    }
-    if (k->dynamic) {
-      vmode[b] = bf->role == KIR_IN ? VM_EITHER : VM_VECTOR;
-      any = true;
       continue;
     }
     if (bf->stride[last] == 0 && bf->role == KIR_IN) {
@@ -604,10 +599,30 @@ static bool vec_plan(const kir_kernel *k, uint8_t *vmode)
   return any;
 }
 
+/* The vec_mode of every buffer of MAP kernel k as rendered, and whether
+** the vector loop is emitted at all. A static kernel's sizes and strides
+** decide now (vec_fits); a dynamic one's at run time, so it has the loop
+** whenever a buffer could take vector accesses. */
+static bool vec_plan(const kir_kernel *k, uint8_t *vmode)
+{
+  if (!k->dynamic)
+    return vec_fits(k, vmode);
+  if (k->kind != KIR_MAP || k->ndim < 1)
+    return false;
+  bool any = false;
+  for (int b = 0; b < k->nbufs; b++) {
+    const kir_buf *bf = &k->buf[b];
+    vmode[b] = bf->gather ? VM_POINT
+             : bf->role == KIR_IN ? VM_EITHER : VM_VECTOR;
+    any |= !bf->gather;
+  }
+  return any;
+}
+
 int jcuda_map_points_per_thread(const kir_kernel *k)
 {
   uint8_t vmode[KIR_MAX_BUFS];
-  return vec_plan(k, vmode) ? VEC : 1;
+  return vec_plan(k, vmode) && vec_fits(k, vmode) ? VEC : 1;
 }
 
 /* One type per storage type: VEC elements, aligned as vec_align says. */
@@ -1163,7 +1178,8 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   if (k->kind == KIR_ROWS && !seq)   /* one block's scratch, shared by
                                         every phase */
     fprintf(f, "\nTCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
-  if (jcuda_map_points_per_thread(k) > 1)
+  uint8_t vmode[KIR_MAX_BUFS];
+  if (vec_plan(k, vmode))
     emit_vec_types(&r);
   fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
         "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);

@@ -328,6 +328,22 @@ static void test_map_vector_loop(void **state)
   assert_int_equal(jcuda_map_points_per_thread(k12), 1);
   free(k12);
   free(k10);
+  /* a dynamic kernel always has the loop; this call's sizes decide */
+  k12 = vec_kernel(12, true);
+  k10 = vec_kernel(10, true);
+  assert_int_equal(jcuda_map_points_per_thread(k12), 4);
+  assert_int_equal(jcuda_map_points_per_thread(k10), 1);
+  char why[200] = "", *src = jcuda_render(k10, why, sizeof why);
+  assert_non_null(src);
+  assert_non_null(strstr(src, "tck_vec_float"));
+  free(src);
+  free(k10);
+  k10 = vec_kernel(10, false);   /* a static one only where it runs */
+  assert_non_null(src = jcuda_render(k10, why, sizeof why));
+  assert_null(strstr(src, "tck_vec_float"));
+  free(src);
+  free(k12);
+  free(k10);
   static const int64_t cols[] = { 12, 10 };
   for (int ci = 0; ci < 2; ci++)
     for (int dyn = 0; dyn < 2; dyn++) {
