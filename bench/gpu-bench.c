@@ -1,13 +1,15 @@
 /*
 ** gpu-bench.c -- tc on a CUDA device (issue 13): W1 (gelu), W2 (softmax),
-** W3 (layer_norm) and W7 (an Adam step in place) on device tensors, beside
-** the device's copy bandwidth measured by tc's own copy kernel (tc_copy_
-** of 64 MiB), the eager launch overhead per op, and NVRTC's compile time
-** per kernel. Every workload's result is first checked against the same
-** ops on the CPU: pointwise results bitwise, reductions bitwise too (the
-** canonical order), so a wrong kernel is never timed.
+** W3 (layer_norm) and W7 (an Adam step in place) on device tensors, with
+** W1p and W2p (the same GELU and softmax written from primitive ops, as
+** users write them), each eager and compiled (tc_compile_set), beside the
+** device's copy bandwidth measured by tc's own copy kernel (tc_copy_ of
+** 64 MiB), the eager launch overhead per op, and NVRTC's compile time per
+** kernel. In each mode a workload's result is first checked against the
+** same ops run eagerly on the CPU: pointwise results bitwise, reductions
+** bitwise too (the canonical order), so a wrong kernel is never timed.
 **
-**   gpu-bench [--scale S] [--reps N]
+**   gpu-bench [--scale S] [--reps N] [--only W1,W7,...]
 **
 ** --scale divides the sizes (the fake driver of tests/jit_cuda/fake runs
 ** kernels on the host: CI runs this program with --scale 4096). Times are
@@ -67,6 +69,31 @@ typedef struct {
 
 static tc_tensor *w1(work *w) { return tc_gelu(w->t[0]); }
 static tc_tensor *w2(work *w) { return tc_softmax(w->t[0], -1); }
+
+/* W1p: tc-bench's GELU from 9 primitive ops (eager: 9 kernels). */
+static tc_tensor *w1p(work *w)
+{
+  tc_tensor *x = w->t[0];
+  size_t mark = tc_scope_begin();
+  tc_tensor *x3 = tc_mul(tc_mul(x, x), x);
+  tc_tensor *u = tc_mul_scalar(tc_add(x, tc_mul_scalar(x3, 0.044715)),
+                               0.7978845608028654);
+  tc_tensor *y = tc_keep(ck(tc_mul(tc_mul_scalar(x, 0.5),
+                                   tc_add_scalar(tc_tanh(u), 1.0)), "W1p"));
+  tc_scope_end(mark);
+  return y;
+}
+
+/* W2p: tc-bench's softmax from primitives, as users write it. */
+static tc_tensor *w2p(work *w)
+{
+  tc_tensor *x = w->t[0];
+  size_t mark = tc_scope_begin();
+  tc_tensor *e = tc_exp(tc_sub(x, tc_max(x, -1, true)));
+  tc_tensor *y = tc_keep(ck(tc_div(e, tc_sum(e, -1, true)), "W2p"));
+  tc_scope_end(mark);
+  return y;
+}
 static tc_tensor *w3(work *w)
 {
   return tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5);
@@ -106,7 +133,9 @@ typedef struct {
 
 static const workload workloads[] = {
   { "W1", "gelu (tanh) 16M f32", w1, 1, false, 8 },
+  { "W1p", "gelu from 9 primitive ops 16M", w1p, 1, false, 8 },
   { "W2", "softmax 4096x4096 f32 dim -1", w2, 1, true, 8 },
+  { "W2p", "softmax 4096x4096 from primitives", w2p, 1, true, 8 },
   { "W3", "layer_norm 8192x1024 f32 +g,b", w3, 3, true, 8 },
   { "W7", "Adam step 16M f32 in place", w7, 4, false, 28 },
 };
@@ -144,11 +173,26 @@ static char *host_bytes(tc_tensor *t, size_t *n)
   return b;
 }
 
-/* Run one iteration on the device and on the CPU from the same inputs;
-** the results (W7: the updated p, m, v) must be the same bytes. */
-static bool check(const workload *wl, work *dev, work *cpu)
+/* The result of `iters` iterations of wl (the last one's, or W7's p, g, m
+** and v after them): on the CPU eagerly, then on the device in the mode
+** asked for. Must be the same bytes. */
+static bool paired(const workload *wl, work *dev, work *cpu, int iters,
+                   bool compiled)
 {
-  tc_tensor *a = wl->iter(dev), *b = wl->iter(cpu);
+  tc_tensor *a = NULL, *b = NULL;
+  tc_compile_set(false);
+  for (int i = 0; i < iters; i++) {
+    tc_release(b);
+    b = wl->iter(cpu);
+  }
+  tc_compile_set(compiled);
+  for (int i = 0; i < iters; i++) {   /* each run realized, as timed */
+    tc_release(a);
+    a = wl->iter(dev);
+    if (a && tc_realize(a) < 0)
+      die(wl->id);
+    sync_or_die();
+  }
   tc_tensor *da[4] = { a }, *db[4] = { b };
   int n = 1;
   if (!a) {   /* in place */
@@ -177,7 +221,11 @@ static double median_seconds(const workload *wl, work *w, int reps)
   for (int r = 0; r < reps; r++) {
     sync_or_die();
     double t0 = now();
-    tc_release(wl->iter(w));
+    tc_tensor *out = wl->iter(w);   /* realized: compiled, a result
+                                        released unread is never computed */
+    if (out && tc_realize(out) < 0)
+      die(wl->id);
+    tc_release(out);
     sync_or_die();
     t[r] = now() - t0;
   }
@@ -228,17 +276,74 @@ static double launch_us(int ops)
   return us;
 }
 
+/* Is id one of the comma-separated ids in list? */
+static bool listed(const char *list, const char *id)
+{
+  size_t n = strlen(id);
+  for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+    if (strncmp(p, id, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+      return true;
+  return false;
+}
+
+/* -- One workload in one mode ---------------------------------------------- */
+
+typedef struct {
+  bool ok;               /* the device's result = the CPU's, bitwise */
+  double s;              /* median seconds an iteration */
+  double launches;       /* kernel launches an iteration (timed runs) */
+  uint64_t kernels;      /* kernels compiled for the device's first runs */
+  double compile_ms;     /* their render + NVRTC time */
+  uint64_t regions, regions_compiled;   /* during the timed runs */
+} figures;
+
+/* Fresh inputs (the same seed on both devices); the first runs checked
+** against the CPU's (compiled: enough for the regions to be hot and
+** compiled first, TC_HOT runs); then the device's median. */
+static figures run_mode(const workload *wl, const work *size, uint64_t seed,
+                        bool compiled, int reps)
+{
+  work dev = *size, cpu = *size;
+  make_inputs(wl, &dev, seed);
+  if (tc_set_default_device("cpu") < 0)
+    die("tc_set_default_device");
+  make_inputs(wl, &cpu, seed);
+  tc_set_default_device("cuda");
+  figures f = { 0 };
+  tc_stats a, b;
+  tc_stats_get(&a);
+  f.ok = paired(wl, &dev, &cpu, compiled ? 4 : 1, compiled);
+  sync_or_die();
+  tc_stats_get(&b);
+  f.kernels = b.kernels_compiled - a.kernels_compiled;
+  f.compile_ms = b.compile_ms - a.compile_ms;
+  tc_stats_get(&a);
+  f.s = median_seconds(wl, &dev, reps);
+  tc_stats_get(&b);
+  f.launches = (double)(b.kernels_launched - a.kernels_launched) / reps;
+  f.regions = b.regions - a.regions;
+  f.regions_compiled = b.regions_compiled - a.regions_compiled;
+  tc_compile_set(false);
+  free_inputs(&dev);
+  free_inputs(&cpu);
+  return f;
+}
+
 int main(int argc, char **argv)
 {
   int64_t scale = 1;
   int reps = 11;
+  const char *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--scale") && i + 1 < argc)
       scale = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu-bench [--scale S] [--reps N]\n");
+      fprintf(stderr, "usage: gpu-bench [--scale S] [--reps N] "
+              "[--only W1,W7,...]\n");
       return 2;
     }
   }
@@ -261,44 +366,38 @@ int main(int argc, char **argv)
          "sizes / %lld, medians of %d runs\n",
          (long long)(m16 / scale), floor_gbs, (long long)scale, reps);
 
-  tc_stats st0, st1;
+  printf("%-3s %-34s %-8s %10s %11s %13s  %-16s %s\n", "id", "workload",
+         "mode", "median", "achieved", "of copy", "check",
+         "launches/it, compiles");
   int bad = 0;
-  for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) {
-    const workload *wl = &workloads[i];
-    bool ln = !strcmp(wl->id, "W3");
-    work dev = { .n = m16 / scale, .rows = (ln ? 8192 : 4096) / scale,
-                 .cols = ln ? 1024 : 4096 };
-    if (dev.rows < 1)
-      dev.rows = 1;
-    work cpu = dev;
-    make_inputs(wl, &dev, 100 + 10 * i);
-    if (tc_set_default_device("cpu") < 0)
-      die("tc_set_default_device");
-    make_inputs(wl, &cpu, 100 + 10 * i);
-    tc_set_default_device("cuda");
-    tc_stats_reset();
-    tc_stats_get(&st0);
-    double t0 = now();
-    bool ok = check(wl, &dev, &cpu);
-    sync_or_die();
-    double first = now() - t0;
-    tc_stats_get(&st1);
-    uint64_t compiled = st1.kernels_compiled - st0.kernels_compiled;
-    double s = median_seconds(wl, &dev, reps);
-    double elems = wl->rows ? (double)dev.rows * (double)dev.cols
-                            : (double)dev.n;
-    double gbs = elems * wl->bytes_per_elem / s / 1e9;
-    /* the first run also ran the CPU's iteration: about one more */
-    double per_compile = compiled ? (first - 2 * s) / (double)compiled : 0;
-    printf("%-3s %-32s %10.3f ms %8.2f GB/s %5.0f%% of copy  %s  "
-           "%llu kernels compiled, ~%.1f ms each\n",
-           wl->id, wl->what, s * 1e3, gbs, 100 * gbs / floor_gbs,
-           ok ? "= CPU bitwise" : "DIFFERS FROM CPU",
-           (unsigned long long)compiled, per_compile * 1e3);
-    bad += !ok;
-    free_inputs(&dev);
-    free_inputs(&cpu);
-  }
+  for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
+    for (int compiled = 0; compiled < 2; compiled++) {
+      const workload *wl = &workloads[i];
+      if (only && !listed(only, wl->id))
+        continue;
+      bool ln = !strcmp(wl->id, "W3");
+      work size = { .n = m16 / scale, .rows = (ln ? 8192 : 4096) / scale,
+                    .cols = ln ? 1024 : 4096 };
+      if (size.rows < 1)
+        size.rows = 1;
+      figures f = run_mode(wl, &size, 100 + 10 * i, compiled, reps);
+      double elems = wl->rows ? (double)size.rows * (double)size.cols
+                              : (double)size.n;
+      double gbs = elems * wl->bytes_per_elem / f.s / 1e9;
+      printf("%-3s %-34s %-8s %7.3f ms %6.1f GB/s %5.0f%% of copy  %-16s "
+             "%.1f, %llu kernels compiled (~%.1f ms each)",
+             wl->id, wl->what, compiled ? "compiled" : "eager", f.s * 1e3,
+             gbs, 100 * gbs / floor_gbs,
+             f.ok ? "= CPU bitwise" : "DIFFERS FROM CPU", f.launches,
+             (unsigned long long)f.kernels,
+             f.kernels ? f.compile_ms / (double)f.kernels : 0.0);
+      if (compiled)
+        printf(", regions %llu/%llu run compiled",
+               (unsigned long long)f.regions_compiled,
+               (unsigned long long)f.regions);
+      putchar('\n');
+      bad += !f.ok;
+    }
   printf("launch overhead: %.2f us per eager op (tc_add_scalar_ on 1 "
          "element, 2000 ops)\n", launch_us(2000));
   return bad ? 1 : 0;

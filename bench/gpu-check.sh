@@ -9,7 +9,8 @@
 #   2. tc's probe: tc_cuda_available() must be true, tc_to(t, "cuda") work
 #   3. device tensors and eager CUDA ops on the real device (the test that
 #      CI runs through the fake driver: values bitwise equal to the CPU's)
-#   4. tc-gpu-bench: W1, W2, W3, W7 on the device against tc's own device
+#   4. tc-gpu-bench: W1, W2, W3, W7 (and W1p, W2p: the same from primitive
+#      ops), eager and compiled, on the device against tc's own device
 #      copy, launch overhead per eager op, NVRTC compile time per kernel;
 #      then the same in PyTorch eager and torch.compile (bench/gpu-peers.py)
 #   4b. a stories15M-shaped Llama (random weights) decoding 64 tokens on
