@@ -131,13 +131,13 @@ typedef struct {
   double bytes_per_elem; /* memory traffic per element (the floor) */
 } workload;
 
-static const workload workloads[] = {
+static const workload workloads[] = {   /* issue 13's four first */
   { "W1", "gelu (tanh) 16M f32", w1, 1, false, 8 },
-  { "W1p", "gelu from 9 primitive ops 16M", w1p, 1, false, 8 },
   { "W2", "softmax 4096x4096 f32 dim -1", w2, 1, true, 8 },
-  { "W2p", "softmax 4096x4096 from primitives", w2p, 1, true, 8 },
   { "W3", "layer_norm 8192x1024 f32 +g,b", w3, 3, true, 8 },
   { "W7", "Adam step 16M f32 in place", w7, 4, false, 28 },
+  { "W1p", "gelu from 9 primitive ops 16M", w1p, 1, false, 8 },
+  { "W2p", "softmax 4096x4096 from primitives", w2p, 1, true, 8 },
 };
 
 static void make_inputs(const workload *wl, work *w, uint64_t seed)
@@ -347,6 +347,7 @@ int main(int argc, char **argv)
       return 2;
     }
   }
+  setvbuf(stdout, NULL, _IOLBF, 0);   /* a timeout keeps the lines so far */
   if (scale < 1 || reps < 1 || reps > 64) {
     fprintf(stderr, "gpu-bench: --scale >= 1, --reps 1..64\n");
     return 2;
@@ -366,6 +367,8 @@ int main(int argc, char **argv)
          "sizes / %lld, medians of %d runs\n",
          (long long)(m16 / scale), floor_gbs, (long long)scale, reps);
 
+  printf("launch overhead: %.2f us per eager op (tc_add_scalar_ on 1 "
+         "element, 2000 ops)\n", launch_us(2000));
   printf("%-3s %-34s %-8s %10s %11s %13s  %-16s %s\n", "id", "workload",
          "mode", "median", "achieved", "of copy", "check",
          "launches/it, compiles");
@@ -398,7 +401,5 @@ int main(int argc, char **argv)
       putchar('\n');
       bad += !f.ok;
     }
-  printf("launch overhead: %.2f us per eager op (tc_add_scalar_ on 1 "
-         "element, 2000 ops)\n", launch_us(2000));
   return bad ? 1 : 0;
 }

@@ -77,7 +77,18 @@ def main():
     floor = 2 * M16 * 4 / (copy_ms * 1e-3) / 1e9
     name = torch.cuda.get_device_name() if dev == "cuda" else dev
     print(f"torch {torch.__version__} on {name}: "
-          f"device copy {floor:.1f} GB/s")
+          f"device copy {floor:.1f} GB/s", flush=True)
+    one = torch.zeros(1, device=dev)
+    n = 2000
+    one.add_(1.0)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        one.add_(1.0)
+    sync()
+    print(f"launch overhead: {(time.perf_counter() - t0) / n * 1e6:.2f} us "
+          f"per eager op (add_ on 1 element, {n} ops)", flush=True)
+
 
     x1 = torch.randn(M16, device=dev)
     x2 = torch.randn(4096, 4096, device=dev)
@@ -99,15 +110,15 @@ def main():
     work = [
         ("W1", lambda f: lambda: f(x1),
          lambda x: torch.nn.functional.gelu(x, approximate="tanh"), 8 * M16),
-        ("W1p", lambda f: lambda: f(x1), gelu_prims, 8 * M16),
         ("W2", lambda f: lambda: f(x2), lambda x: torch.softmax(x, -1),
          8 * M16),
-        ("W2p", lambda f: lambda: f(x2), softmax_prims, 8 * M16),
         ("W3", lambda f: lambda: f(x3, g3, b3),
          lambda x, g, b: torch.nn.functional.layer_norm(x, (1024,), g, b,
                                                         1e-5),
          8 * 8192 * 1024),
         ("W7", w7, adam_update, 28 * M16),
+        ("W1p", lambda f: lambda: f(x1), gelu_prims, 8 * M16),
+        ("W2p", lambda f: lambda: f(x2), softmax_prims, 8 * M16),
     ]
     for wid, bind, fn, nbytes in work:
         rows = [("eager", bind(fn))]
@@ -117,18 +128,7 @@ def main():
             ms = median_ms(f, a.reps)
             gbs = nbytes / (ms * 1e-3) / 1e9
             print(f"{wid} {mode:14s} {ms:9.3f} ms {gbs:8.1f} GB/s "
-                  f"{100 * gbs / floor:5.0f}% of copy")
-
-    one = torch.zeros(1, device=dev)
-    n = 2000
-    one.add_(1.0)
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        one.add_(1.0)
-    sync()
-    print(f"launch overhead: {(time.perf_counter() - t0) / n * 1e6:.2f} us "
-          f"per eager op (add_ on 1 element, {n} ops)")
+                  f"{100 * gbs / floor:5.0f}% of copy", flush=True)
 
 
 if __name__ == "__main__":
