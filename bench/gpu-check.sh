@@ -66,11 +66,18 @@ if [ -z "${1:-}" ] && [ -f "$pack" ]; then
   [ -x "$gcc12/collect2" ] || { mkdir -p "$gcc12" && cp "$un"/gcc12/* "$gcc12/"; }
   note "pack: $pack unpacked (made at $made_at; libraries used from it: $(ls "$un/lib" | tr '\n' ' '))"
 fi
+# The toolkit by its nvcc, for NVRTC, cuBLAS and ptxas where no ld.so.conf
+# entry names its libraries (tc looks in $CUDA_HOME/lib64 after the
+# loader's path)
+if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
+  export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+fi
 # 1. The machine
 {
   nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total \
     --format=csv,noheader 2>&1 || echo "nvidia-smi: not found"
   nvcc --version 2>&1 | tail -1 || echo "nvcc: not found"
+  echo "CUDA_HOME=${CUDA_HOME:-}"
 } > "$out/machine.txt"
 note "machine: $(head -1 "$out/machine.txt")"
 

@@ -44,9 +44,8 @@ static const char *status_text(int rc)
 
 static void load(void)
 {
-  void *h = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-  if (!h)
-    h = dlopen("libcublas.so.12", RTLD_NOW | RTLD_LOCAL);
+  static const char *const names[] = { "libcublas.so.13", "libcublas.so.12" };
+  void *h = jcuda_open_toolkit_lib(names, 2);
   if (!h) {
     snprintf(reason, sizeof reason, "cuBLAS not found (libcublas.so.13 or "
              ".12)");

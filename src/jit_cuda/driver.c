@@ -121,6 +121,28 @@ static bool open_device(void)
   return true;
 }
 
+void *jcuda_open_toolkit_lib(const char *const *sonames, int n)
+{
+  const char *dirs[] = { getenv("CUDA_HOME"), getenv("CUDA_PATH"),
+                         "/usr/local/cuda" };
+  for (int i = 0; i < n; i++) {
+    void *h = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
+    if (h)
+      return h;
+  }
+  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++)
+    for (int i = 0; dirs[d] && dirs[d][0] && i < n; i++) {
+      char path[4096];
+      if (snprintf(path, sizeof path, "%s/lib64/%s", dirs[d], sonames[i]) >=
+          (int)sizeof path)
+        continue;
+      void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (h)
+        return h;
+    }
+  return NULL;
+}
+
 static void probe(void)
 {
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -59,6 +59,12 @@ int jcuda_launch(jcuda_function fn, unsigned grid, unsigned block,
                  void *params);
 /* tc's stream (a CUstream, for cuBLAS), or NULL without a device. */
 void *jcuda_stream(void);
+/* A CUDA toolkit library (NVRTC, cuBLAS) opened with dlopen: the first of
+** sonames[0..n) that opens from the loader's search path, else from the
+** toolkit's own folder ($CUDA_HOME/lib64, $CUDA_PATH/lib64,
+** /usr/local/cuda/lib64), as a toolkit installed without an ld.so.conf
+** entry has it. NULL when none opens. */
+void *jcuda_open_toolkit_lib(const char *const *sonames, int n);
 /* Row-major C[i] = A[i] @ B[i] for i < batch through cuBLAS (cublas.c):
 ** A m x k, B k x n, C m x n, each contiguous, batch strides in elements (0
 ** repeats one matrix); dt TC_F32 or TC_F64. 0, or -1 with the error set

@@ -49,15 +49,8 @@ static void *open_nvrtc(void)
 {
   static const char *const names[] = {
     "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-    "/usr/local/cuda/lib64/libnvrtc.so.13",
-    "/usr/local/cuda/lib64/libnvrtc.so.12",
   };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (h)
-      return h;
-  }
-  return NULL;
+  return jcuda_open_toolkit_lib(names, 3);
 }
 
 static void load(void)

@@ -173,8 +173,16 @@ int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
 
 /* -- NVRTC and ptxas ----------------------------------------------------------- */
 
+/* The toolkit's ptxas: $CUDA_HOME's (as jcuda_open_toolkit_lib looks
+** there too), else the usual places. */
 static const char *ptxas_path(void)
 {
+  static char home[4096];
+  const char *h = getenv("CUDA_HOME");
+  if (h && h[0] &&
+      snprintf(home, sizeof home, "%s/bin/ptxas", h) < (int)sizeof home &&
+      access(home, X_OK) == 0)
+    return home;
   static const char *const where[] = { "/usr/local/cuda/bin/ptxas",
                                        "/usr/bin/ptxas" };
   for (size_t i = 0; i < sizeof where / sizeof where[0]; i++)

@@ -6,6 +6,7 @@
 ** canonical sums (eager_sum_f32/f64, eager_max_f32), and values worked out
 ** by hand. NVRTC (+ ptxas) must accept every kernel here when present.
 */
+#include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -141,6 +143,70 @@ static void test_stub_library_is_no_device(void **state)
   assert_int_equal(rc, 0);
   assert_string_equal(line, "unavailable: the CUDA driver is the toolkit's "
                             "stub library (no NVIDIA driver installed)\n");
+}
+
+/* The path of the mapped file whose name contains `part`, from
+** /proc/self/maps. */
+static bool mapped_path(const char *part, char *out, size_t len)
+{
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f)) {
+    char *path = strchr(line, '/');
+    if (path && strstr(path, part)) {
+      path[strcspn(path, "\n")] = 0;
+      found = snprintf(out, len, "%s", path) < (int)len;
+    }
+  }
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* A toolkit library that is not on the loader's path (a toolkit installed
+** without an ld.so.conf entry) is found in $CUDA_HOME/lib64, then in
+** $CUDA_PATH/lib64; the first soname that opens wins. libm stands in for
+** the library, under a soname nothing else has. */
+static void test_toolkit_lib_from_cuda_home(void **state)
+{
+  (void)state;
+  char libm[512], dir[] = "/tmp/tc-cuda-home-XXXXXX", sub[64], link[128];
+  assert_true(mapped_path("libm.so", libm, sizeof libm));
+  assert_non_null(mkdtemp(dir));
+  snprintf(sub, sizeof sub, "%s/lib64", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(link, sizeof link, "%s/libtc-toolkit-probe.so.9", sub);
+  assert_int_equal(symlink(libm, link), 0);
+  const char *names[] = { "libtc-no-such-library.so.1",
+                          "libtc-toolkit-probe.so.9" };
+  char *home = getenv("CUDA_HOME"), *path = getenv("CUDA_PATH");
+  home = home ? strdup(home) : NULL;
+  path = path ? strdup(path) : NULL;
+  unsetenv("CUDA_HOME");
+  unsetenv("CUDA_PATH");
+  void *none = jcuda_open_toolkit_lib(names, 2);
+  setenv("CUDA_HOME", dir, 1);
+  void *by_home = jcuda_open_toolkit_lib(names, 2);
+  setenv("CUDA_HOME", "", 1);
+  setenv("CUDA_PATH", dir, 1);
+  void *by_path = jcuda_open_toolkit_lib(names, 2);
+  void *first = jcuda_open_toolkit_lib(names + 1, 1);
+  home ? setenv("CUDA_HOME", home, 1) : unsetenv("CUDA_HOME");
+  path ? setenv("CUDA_PATH", path, 1) : unsetenv("CUDA_PATH");
+  free(home);
+  free(path);
+  unlink(link);
+  rmdir(sub);
+  rmdir(dir);
+  assert_null(none);
+  assert_non_null(by_home);
+  assert_non_null(dlsym(by_home, "cos"));   /* it is libm */
+  assert_ptr_equal(by_path, by_home);
+  assert_ptr_equal(first, by_home);
+  dlclose(by_home);
+  dlclose(by_path);
+  dlclose(first);
 }
 
 /* -- MAP: pointwise math, broadcasting, scalars, dynamic shapes ------------- */
@@ -927,6 +993,7 @@ int main(int argc, char **argv)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_no_device_is_a_clear_error),
     cmocka_unit_test(test_stub_library_is_no_device),
+    cmocka_unit_test(test_toolkit_lib_from_cuda_home),
     cmocka_unit_test(test_map_matches_approx),
     cmocka_unit_test(test_map_vector_loop),
     cmocka_unit_test(test_integer_semantics),
