@@ -78,8 +78,13 @@ fi
     --format=csv,noheader 2>&1 || echo "nvidia-smi: not found"
   nvcc --version 2>&1 | tail -1 || echo "nvcc: not found"
   echo "CUDA_HOME=${CUDA_HOME:-}"
+  ldd --version 2>&1 | head -1
 } > "$out/machine.txt"
 note "machine: $(head -1 "$out/machine.txt")"
+glibc=$(ldd --version 2>&1 | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+if [ -n "$glibc" ] && [ "$(printf '%s\n2.36\n' "$glibc" | sort -V | head -1)" != 2.36 ]; then
+  note "glibc $glibc < 2.36: the pack's libgccjit (Debian 12's) will not load, so CPU regions run eagerly (said once per process) and the CPU JIT's tests fail; the CUDA path does not need it"
+fi
 
 # 2. Build if needed, then tc's own probe
 if [ ! -x "$build/tests/test_cuda" ]; then

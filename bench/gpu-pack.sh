@@ -6,7 +6,8 @@
 #   - build-gpu/: a release build without OpenBLAS (the matmul is tc's own
 #     kernel either way; OpenBLAS only adds 36 MB), its objects left out;
 #   - lib/: every shared library its programs load that is not glibc's own
-#     (libgccjit with its gmp/mpfr/mpc/isl, xxhash, cmocka, ...);
+#     (libgccjit, which libtc opens at run time, with its gmp/mpfr/mpc/isl,
+#     xxhash, cmocka, ...);
 #   - gcc12/: what libgccjit 12's driver runs and links with besides `as`
 #     and `ld` (collect2, crtbeginS.o, crtendS.o, libgcc.a, libgcc_s.so),
 #     for a machine whose gcc is another version;
@@ -33,10 +34,16 @@ mkdir -p "$stage/build-gpu" "$stage/lib" "$stage/gcc12"
 (cd "$build" && find . -name '*.p' -prune -o -type f ! -name '*.o' -print0 |
    xargs -0 cp --parents -t "$stage/build-gpu")
 
-# Every shared library the programs and libtc load, glibc's own excepted
-# (the machine's glibc must be at least this one's: Debian 12's 2.36).
+# Every shared library the programs and libtc load, glibc's own excepted,
+# and libgccjit, which libtc opens at run time (src/jit_cpu/gccjit_api.h),
+# with the libraries it loads. The build needs glibc 2.34; libgccjit needs
+# Debian 12's 2.36: on an older glibc it does not load, and tc runs CPU
+# regions eagerly, saying so once (the CUDA path is unaffected).
 glibc='^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so'
-find "$build" -name '*.p' -prune -o -type f -perm -u+x -print |
+gccjit=$(ldconfig -p | awk '$1 == "libgccjit.so.0" { print $NF; exit }')
+[ -n "$gccjit" ] || { echo "gpu-pack: libgccjit.so.0 not found"; exit 1; }
+cp -L "$gccjit" "$stage/lib/libgccjit.so.0"
+{ find "$build" -name '*.p' -prune -o -type f -perm -u+x -print; echo "$gccjit"; } |
   while read -r f; do ldd "$f" 2>/dev/null || true; done |
   awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
   while read -r name path; do

@@ -3,12 +3,12 @@
 ** approx_jit.c share to write libgccjit code as straight-line statements
 ** into a "current block" (selects split it), plus the codegen entry point.
 ** Nothing outside this folder includes it (libgccjit stays an internal
-** dependency of the module).
+** dependency of the module, loaded at run time: gccjit_api.h).
 */
 #ifndef TC_JCPU_IMPL_H
 #define TC_JCPU_IMPL_H
 
-#include <libgccjit.h>
+#include "gccjit_api.h"
 
 #include "jit_cpu.h"
 

@@ -81,10 +81,19 @@ static void init_once(void)
   /* Kernels differ with approx.h's multiply-add mode (APPROX_FMA), so a
   ** store shared by builds that differ in it must not mix their kernels. */
   /* The -O level too: it changes the code, never the results. */
-  snprintf(version, sizeof version, "libgccjit %d.%d.%d -O%d%s",
-           gcc_jit_version_major(), gcc_jit_version_minor(),
-           gcc_jit_version_patchlevel(), tensor_cfg()->jit_opt,
-           APPROX_FMA ? " fma" : "");
+  if (jcpu_gccjit_load(NULL, 0) < 0)   /* nothing compiles: no key meets
+                                           a stored kernel's */
+    snprintf(version, sizeof version, "libgccjit none");
+  else
+    snprintf(version, sizeof version, "libgccjit %d.%d.%d -O%d%s",
+             gcc_jit_version_major(), gcc_jit_version_minor(),
+             gcc_jit_version_patchlevel(), tensor_cfg()->jit_opt,
+             APPROX_FMA ? " fma" : "");
+}
+
+bool jcpu_available(char *why, size_t len)
+{
+  return jcpu_gccjit_load(why, len) == 0;
 }
 
 const char *jcpu_target(void)
@@ -115,11 +124,15 @@ static void set_reason(char *reason, size_t rlen, const char *fmt,
 
 /* A context with tc's options (principle 2: no contraction, no fast-math;
 ** -fno-trapping-math lets GCC if-convert selects inside loops). */
-static gcc_jit_context *new_context(void)
+static gcc_jit_context *new_context(char *why, size_t len)
 {
-  gcc_jit_context *ctx = gcc_jit_context_acquire();
-  if (!ctx)
+  if (jcpu_gccjit_load(why, len) < 0)
     return NULL;
+  gcc_jit_context *ctx = gcc_jit_context_acquire();
+  if (!ctx) {
+    snprintf(why, len, "gcc_jit_context_acquire failed");
+    return NULL;
+  }
   gcc_jit_context_set_int_option(ctx, GCC_JIT_INT_OPTION_OPTIMIZATION_LEVEL,
                                  tensor_cfg()->jit_opt);
   gcc_jit_context_set_bool_option(ctx, GCC_JIT_BOOL_OPTION_DEBUGINFO, 0);
@@ -266,14 +279,14 @@ static jcpu_status prepare(const kir_kernel *k, const char *key,
                            gcc_jit_context **out, char *reason, size_t rlen)
 {
   *out = NULL;
-  char why[160];
+  char why[320];
   if (jcpu_check(k, why, sizeof why) < 0) {
     set_reason(reason, rlen, "unsupported kernel: %s", why);
     return JCPU_E_UNSUPPORTED;
   }
-  gcc_jit_context *ctx = new_context();
+  gcc_jit_context *ctx = new_context(why, sizeof why);
   if (!ctx) {
-    set_reason(reason, rlen, "gcc_jit_context_acquire failed%s", NULL);
+    set_reason(reason, rlen, "%s", why);
     return JCPU_E_COMPILE;
   }
   if (key)

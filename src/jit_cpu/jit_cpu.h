@@ -95,6 +95,10 @@ void jcpu_run_points(const jcpu_kernel *jk, char *const *bufs,
 void jcpu_dump_source(const jcpu_kernel *jk, FILE *out);
 const char *jcpu_source(const jcpu_kernel *jk);   /* owned by jk; or NULL */
 
+/* Can this process compile CPU kernels? Loads libgccjit (TC_GCCJIT, else
+** libgccjit.so.0) at the first call; false with the reason in why
+** ("libgccjit not available (...)"): every compile then fails with it. */
+bool jcpu_available(char *why, size_t len);
 /* The -march this process compiles for ("x86-64-v4", "x86-64-v3", ...),
 ** part of the cache key. */
 const char *jcpu_target(void);

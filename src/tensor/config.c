@@ -171,6 +171,11 @@ static void load(void)
          "x86-64-v4", "the CPU's level");
   else if (isa)
     snprintf(c.jit_isa, sizeof c.jit_isa, "%s", isa);
+  const char *gccjit = env("TC_GCCJIT");
+  if (gccjit && strlen(gccjit) >= sizeof c.gccjit)
+    warn("TC_GCCJIT", gccjit, "is too long", "libgccjit.so.0");
+  else if (gccjit)
+    snprintf(c.gccjit, sizeof c.gccjit, "%s", gccjit);
   c.threads = (int)env_int_named("TC_THREADS", 0, "all cores", 1, 1024);
   c.spin_us = (int)env_int("TC_SPIN_US", 50, 0, 1000000);
   c.cache = env_bool("TC_CACHE", true);

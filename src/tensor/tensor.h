@@ -201,6 +201,8 @@ typedef struct {
                               level (at most the CPU's); "" detects it */
   int jit_opt;             /* TC_JIT_OPT: GCC's -O level for kernels (3;
                               0 compiles about 2x faster, runs slower) */
+  char gccjit[256];        /* TC_GCCJIT: the libgccjit to load (a name for
+                              dlopen or a path; "": libgccjit.so.0) */
   bool jit_worker;         /* TC_JIT_WORKER: libgccjit runs in a compile
                               worker process; 0 runs it here, inline (1) */
   int threads;             /* TC_THREADS (0: all cores) */

@@ -7,6 +7,7 @@
 ** (principle 5). At exit, compiles stop cleanly.
 */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -345,10 +346,29 @@ static int enqueue(cache_entry *e, fuse_plan *fp, char *guards, uint64_t hash,
   return 0;
 }
 
+/* Without libgccjit no CPU region compiles: each runs eagerly for good,
+** said once per process (principle 5) rather than once a region, and, as
+** with TC_JIT=0, no compile is tried, so none is counted as failed. */
+static bool cpu_jit_ready(cache_entry *e)
+{
+  char why[320];
+  if (jcpu_available(why, sizeof why))
+    return true;
+  static atomic_flag said = ATOMIC_FLAG_INIT;
+  if (!atomic_flag_test_and_set(&said))
+    tensor_log(TC_LOG_FALLBACK, "CPU regions run eagerly: %s", why);
+  trace_table_lock();
+  e->state = CACHE_FAILED;
+  trace_table_unlock();
+  return false;
+}
+
 /* The compile hook (called with the table unlocked): fuse now (fast),
 ** compile now or in the background. */
 static void compile_region(const trace_region *r, cache_entry *e)
 {
+  if (r->device == TC_DEV_CPU && !cpu_jit_ready(e))
+    return;
   /* CUDA kernels are always shape-dynamic: the memo knows a kernel by its
   ** code, sizes being arguments, so one NVRTC compile serves every shape
   ** (guards still tell shape variants apart, as on the CPU). */

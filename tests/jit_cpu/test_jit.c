@@ -5,7 +5,8 @@
 ** GELU over contiguous/strided/broadcast inputs, casts, integer wraparound,
 ** comparisons, softmax and row sums in row, column and split mode,
 ** independent of the thread count; plus dynamic kernels, the .so path,
-** fault injection and a check that the hot loops vectorize.
+** fault injection, a check that the hot loops vectorize, and what happens
+** without libgccjit.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -923,6 +924,55 @@ static void run_child(const char *threads, char *out, size_t len)
   assert_int_equal(pclose(p), 0);
 }
 
+/* Child mode, run with TC_GCCJIT naming a library that does not exist:
+** what the module says and does without libgccjit, one line each. */
+static int child_no_gccjit(void)
+{
+  char why[512] = "";
+  printf("available %d\n", jcpu_available(why, sizeof why));
+  printf("why %s\n", why);
+  printf("version %s\n", jcpu_compiler_version());
+  int64_t n = 8;
+  kir_kernel *k = knew(KIR_MAP, 1, &n, 0);
+  int a = kir_load(k, kbuf(k, KIR_IN, TC_F32, (int64_t[]){ 1 }));
+  kpass(k, KIR_PASS_STORE, 0, kbuf(k, KIR_OUT, TC_F32, (int64_t[]){ 1 }),
+        emit_gelu(k, TC_F32, a));
+  jcpu_kernel *jk = NULL;
+  char reason[512] = "";
+  jcpu_status st = jcpu_compile(k, &jk, reason, sizeof reason);
+  printf("compile %d %s\n", st == JCPU_E_COMPILE && !jk, reason);
+  free(k);
+  return 0;
+}
+
+/* Without libgccjit (TC_GCCJIT names a missing library) nothing compiles,
+** each compile says why, and the key's compiler part matches no stored
+** kernel. The API suites' -nogccjit runs check that programs in compile
+** mode still compute the right values then. */
+static void test_without_libgccjit(void **state)
+{
+  (void)state;
+  char self[4096], cmd[4400], out[2048];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  assert_true(n > 0);
+  self[n] = '\0';
+  snprintf(cmd, sizeof cmd, "TC_GCCJIT=libtc-no-such-gccjit.so.0 '%s' "
+           "--no-gccjit", self);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  assert_int_equal(pclose(p), 0);
+  const char *why = "libgccjit not available (libtc-no-such-gccjit.so.0: "
+                    "cannot open shared object file";
+  char want[1024];
+  snprintf(want, sizeof want, "available 0\nwhy %s", why);
+  assert_non_null(strstr(out, want));
+  assert_non_null(strstr(out, "version libgccjit none\n"));
+  snprintf(want, sizeof want, "compile 1 %s", why);
+  assert_non_null(strstr(out, want));
+}
+
 static void test_threads_independent(void **state)
 {
   (void)state;
@@ -1381,6 +1431,8 @@ int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--hashes") == 0)
     return child_hashes();
+  if (argc > 1 && strcmp(argv[1], "--no-gccjit") == 0)
+    return child_no_gccjit();
   static const tcase tc[] = {
     { KOP_EXP, TC_F32 }, { KOP_LOG, TC_F32 }, { KOP_TANH, TC_F32 },
     { KOP_SIGMOID, TC_F32 }, { KOP_SIN, TC_F32 }, { KOP_COS, TC_F32 },
@@ -1406,6 +1458,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_row_reductions),
     cmocka_unit_test(test_column_mode),
     cmocka_unit_test(test_threads_independent),
+    cmocka_unit_test(test_without_libgccjit),
     cmocka_unit_test(test_dynamic),
     cmocka_unit_test(test_compile_to_file),
     cmocka_unit_test(test_failures),
