@@ -36,6 +36,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
+meson_cmd=(meson)
 out=${GPU_CHECK_OUT:-$(mktemp -d /tmp/tc-gpu-check.XXXXXX)}
 mkdir -p "$out"
 start=$(date +%s)
@@ -64,6 +65,7 @@ if [ -z "${1:-}" ] && [ -f "$pack" ]; then
   export LD_LIBRARY_PATH=$un/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   gcc12=/usr/lib/gcc/x86_64-linux-gnu/12
   [ -x "$gcc12/collect2" ] || { mkdir -p "$gcc12" && cp "$un"/gcc12/* "$gcc12/"; }
+  meson_cmd=(python3 "$un/meson/meson")   # the version the build knows
   note "pack: $pack unpacked (made at $made_at; libraries used from it: $(ls "$un/lib" | tr '\n' ' '))"
 fi
 # The toolkit by its nvcc, for NVRTC, cuBLAS and ptxas where no ld.so.conf
@@ -155,7 +157,7 @@ note "random programs: $(grep '^random programs' "$out/random-cuda.txt" | cut -c
 note "random kernels: $(grep '^hostexec: .* failures' "$out/random-cuda.txt" || echo 'did not finish')"
 
 # 6. The suite (module and API tests), then the CPU workloads for reference
-(cd "$build" && timeout "$(left)" meson test --no-rebuild --print-errorlogs \
+(cd "$build" && timeout "$(left)" "${meson_cmd[@]}" test --no-rebuild --print-errorlogs \
    --suite module --suite api --suite api-cuda) > "$out/suite.txt" 2>&1
 note "suite: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$out/suite.txt" | tr '\n' ' ')"
 if [ "$(left)" -gt 60 ] && [ -x "$build/bench/tc-bench" ]; then

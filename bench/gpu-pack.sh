@@ -11,9 +11,10 @@
 #   - gcc12/: what libgccjit 12's driver runs and links with besides `as`
 #     and `ld` (collect2, crtbeginS.o, crtendS.o, libgcc.a, libgcc_s.so),
 #     for a machine whose gcc is another version;
+#   - meson/: Debian's meson (run with python3), for `meson test`;
 #   - root: the repository's path here, which the build's paths name.
 # gpu-check.sh unpacks it when it finds it (see there). Carry the archive
-# (about 14 MB) with the working tree: the device tool's `carry` names
+# (about 15 MB) with the working tree: the device tool's `carry` names
 # gpu-pack. The archive is rebuilt from scratch each time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,6 +58,15 @@ gcc12=/usr/lib/gcc/x86_64-linux-gnu/12
 for f in collect2 crtbeginS.o crtendS.o libgcc.a libgcc_s.so; do
   cp -L "$gcc12/$f" "$stage/gcc12/"
 done
+
+# Meson itself (Debian's, pure Python), to run the suite: a build folder
+# answers only to the meson version that configured it, and the machine
+# may have none.
+mkdir -p "$stage/meson"
+cp /usr/bin/meson "$stage/meson/meson"
+(cd /usr/lib/python3/dist-packages &&
+   find mesonbuild -name __pycache__ -prune -o -type f -print0 |
+   xargs -0 cp --parents -t "$stage/meson")
 
 echo "$root" > "$stage/root"
 tar -C "$stage" -cJf "$out" .
