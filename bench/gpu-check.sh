@@ -8,7 +8,9 @@
 #   1. the machine: GPU, driver, compute capability, nvcc, NVRTC
 #   2. tc's probe: tc_cuda_available() must be true, tc_to(t, "cuda") work
 #   3. device tensors and eager CUDA ops on the real device (the test that
-#      CI runs through the fake driver: values bitwise equal to the CPU's)
+#      CI runs through the fake driver: values bitwise equal to the CPU's);
+#      3b. the same in compile mode (regions through NVRTC); 3c. random
+#      programs compiled on the device, bitwise against the CPU's eager
 #   4. tc-gpu-bench: W1, W2, W3, W7 (and W1p, W2p: the same from primitive
 #      ops), eager and compiled, on the device against tc's own device
 #      copy, launch overhead per eager op, NVRTC compile time per kernel;
@@ -43,7 +45,10 @@ start=$(date +%s)
 summary=$out/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-left() { echo $((480 - ($(date +%s) - start))); }   # seconds of the 8 minutes
+left() {   # seconds of the 8 minutes, at least 1 (timeout 0 never ends)
+  local l=$((480 - ($(date +%s) - start)))
+  echo $((l > 0 ? l : 1))
+}
 
 note "tc gpu-check, $(date -u +%FT%TZ), logs in $out"
 pack=$root/gpu-pack/tc-gpu.tar.xz
@@ -76,8 +81,12 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 # 1. The machine
 {
-  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total \
-    --format=csv,noheader 2>&1 || echo "nvidia-smi: not found"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total \
+      --format=csv,noheader 2>&1
+  else
+    echo "nvidia-smi: not found"
+  fi
   nvcc --version 2>&1 | tail -1 || echo "nvcc: not found"
   echo "CUDA_HOME=${CUDA_HOME:-}"
   ldd --version 2>&1 | head -1
@@ -118,6 +127,17 @@ export TC_ASYNC=0 TC_CACHE=0
 (cd "$build" && TC_TEST_CUDA_DEVICE=real timeout 120 \
    ./tests/test_cuda_device) > "$out/cuda-device.txt" 2>&1
 note "device tests: $(grep -E 'PASSED|FAILED' "$out/cuda-device.txt" | tr '\n' ' ')"
+# 3b. The same traced: regions on device tensors compiled through NVRTC
+(cd "$build" && TC_TEST_CUDA_DEVICE=real TC_COMPILE=1 TC_HOT=1 timeout 120 \
+   ./tests/test_cuda_device) > "$out/cuda-device-traced.txt" 2>&1
+note "device tests traced: $(grep -E 'PASSED|FAILED' "$out/cuda-device-traced.txt" | tr '\n' ' ')"
+# 3c. Random programs compiled on the device against the CPU's eager runs,
+#     bit for bit (those with a matmul skipped: cuBLAS sums in its order)
+(cd "$build" && TC_TEST_CUDA_DEVICE=real TC_RANDOM_DEVICE=cuda \
+   TC_RANDOM_INDEXING=1 TC_RANDOM_INSTANCES=2 TC_RANDOM_SHRINK_SECONDS=20 \
+   TC_RANDOM_SEED=6000000 TC_RANDOM_PROGRAMS=120 timeout 90 \
+   ./tests/test_random) > "$out/random-device.txt" 2>&1
+note "random programs on the device: $(grep -E '^random programs|PASSED|FAILED' "$out/random-device.txt" | cut -c1-160 | tr '\n' ' ')"
 
 # 4. The device benchmark, tc then torch
 timeout 150 "$build/bench/tc-gpu-bench" > "$out/gpu-bench.txt" 2>&1

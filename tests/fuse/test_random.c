@@ -213,12 +213,12 @@ static int max_instances = RP_MAXINST;
 ** observations bit for bit; tc_data reads are copies in both runs.
 ** Skipped there: programs with a matmul unless the CPU's GEMM is the fma
 ** chain the fake cuBLAS computes (a real cuBLAS sums in its own order,
-** NUMERICS.md). */
-static bool on_device;
+** NUMERICS.md: with TC_TEST_CUDA_DEVICE=real, on a GPU, they always are). */
+static bool on_device, real_cublas;
 
 static bool device_can_run(const rp_prog *p, const uint8_t *on)
 {
-  if (eager_gemm_path_fma(eager_gemm_path()))
+  if (!real_cublas && eager_gemm_path_fma(eager_gemm_path()))
     return true;
   for (int i = 0; i < p->nsteps; i++)
     if (on[i] && p->step[i].op == RP_MATMUL)
@@ -688,8 +688,8 @@ static void run_all(const config *cf, totals *t)
          t->guard_failures, t->replays, t->steps, t->error_steps, s);
   if (on_device)
     printf("random programs on the CUDA device: %ld structures skipped "
-           "(with a matmul, which the fake cuBLAS sums otherwise)\n",
-           t->skipped);
+           "(with a matmul, which %s sums otherwise)\n",
+           t->skipped, real_cublas ? "cuBLAS" : "the fake cuBLAS");
   fflush(stdout);
 }
 
@@ -858,6 +858,8 @@ int main(int argc, char **argv)
     max_instances = 1;
   const char *device = getenv("TC_RANDOM_DEVICE");
   on_device = device && strcmp(device, "cuda") == 0;
+  const char *which = getenv("TC_TEST_CUDA_DEVICE");
+  real_cublas = which && strcmp(which, "real") == 0;
   rp_data_as_copy = on_device;
   rp_indexing = env_long("TC_RANDOM_INDEXING", 0) != 0;
   const char *avoid = getenv("TC_RANDOM_AVOID");
