@@ -109,7 +109,8 @@ void jcuda_alloc_release_cache(void);
 **                       const int64_t *dims, int64_t lo, int64_t hi)
 ** bufs, scalars and dims as in kir.h (device pointers on a GPU). [lo, hi)
 ** is a range of flat points (KIR_MAP: grid-stride loop, one point per
-** thread per step, or 4 where aligned: jcuda_map_points_per_thread) or of flat rows (KIR_ROWS: a block per row, grid-stride
+** thread per step, or 4 where aligned: jcuda_map_points_per_thread) or of
+** flat rows (KIR_ROWS: a block per row, grid-stride
 ** over rows; blockDim.x a power of two from 16 to JCUDA_MAX_THREADS; a
 ** sequential kernel, kir_sequential: a thread per row, as MAP).
 ** Results never depend on the grid or block size. */

@@ -115,6 +115,7 @@ typedef struct {
   FILE *f;
   const kir_kernel *k;
   const char *where;        /* offset expression context, see load_at */
+  bool vec;                 /* a MAP kernel with the vector loop */
   uint8_t vmode[KIR_MAX_BUFS];   /* where "vec": vec_mode of each buffer */
   bool bad;
   char why[160];
@@ -619,10 +620,12 @@ static bool vec_plan(const kir_kernel *k, uint8_t *vmode)
   return any;
 }
 
+/* vec_fits implies vec_plan: a buffer it moves by vectors is one the
+** rendered loop can move so. */
 int jcuda_map_points_per_thread(const kir_kernel *k)
 {
   uint8_t vmode[KIR_MAX_BUFS];
-  return vec_plan(k, vmode) && vec_fits(k, vmode) ? VEC : 1;
+  return vec_fits(k, vmode) ? VEC : 1;
 }
 
 /* One type per storage type: VEC elements, aligned as vec_align says. */
@@ -719,10 +722,9 @@ static void emit_map(rd *r)
 {
   FILE *f = r->f;
   emit_step(r);
-  bool vec = vec_plan(r->k, r->vmode);
-  if (vec)
+  if (r->vec)
     emit_vec_loop(r);
-  emit_grid_stride(r, "p", vec ? "vhi" : "lo", "o");
+  emit_grid_stride(r, "p", r->vec ? "vhi" : "lo", "o");
   r->where = "map";
   emit_map_point(r, "    ");
   fputs("  }\n", f);
@@ -1178,8 +1180,8 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   if (k->kind == KIR_ROWS && !seq)   /* one block's scratch, shared by
                                         every phase */
     fprintf(f, "\nTCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
-  uint8_t vmode[KIR_MAX_BUFS];
-  if (vec_plan(k, vmode))
+  r.vec = vec_plan(k, r.vmode);
+  if (r.vec)
     emit_vec_types(&r);
   fputs("\nTCK_KERNEL tck_main(char *const *bufs, const double *scalars, "
         "const int64_t *dims, int64_t lo, int64_t hi)\n{\n", f);
