@@ -300,7 +300,10 @@ TC_API tc_tensor *tc_var_dims(tc_tensor *a, int ndims, const int *dims,
 TC_API tc_tensor *tc_std_dims(tc_tensor *a, int ndims, const int *dims,
                               double correction, bool keepdim);
 
-/* Inclusive cumulative sum along dim, summed in order; same shape as a.
+/* Inclusive cumulative sum along dim; same shape as a. The order, on
+** every device: segments of 256 positions, each summed in order from 0,
+** with the sum of the segments before (summed in order) added in front
+** (a row of at most 256 is the plain running sum; docs/NUMERICS.md).
 ** Integers and bool accumulate in (and return) TC_I64, as torch.cumsum. */
 TC_API tc_tensor *tc_cumsum(tc_tensor *a, int dim);
 

@@ -345,19 +345,18 @@ static int64_t first_above(const double *cum, int64_t m, double u)
   return lo;
 }
 
-/* One draw from weights w (cum: their running sums, recomputed here):
-** u = uniform * total falls in the bucket of exactly one positive weight;
-** a u that rounds up to the total takes the last positive one. */
+/* One draw from weights w (cum: their running sums in the canonical scan
+** order, recomputed here): u = uniform * total falls in the bucket of
+** exactly one positive weight; a u that rounds up to the total takes the
+** last positive one. */
 static int64_t draw(double *w, double *cum, int64_t m, double unif)
 {
-  double s = 0;
+  tensor_scan_f64(w, cum, m, 1);
+  double s = cum[m - 1];
   int64_t last = 0;
-  for (int64_t i = 0; i < m; i++) {
-    s += w[i];
-    cum[i] = s;
+  for (int64_t i = 0; i < m; i++)
     if (w[i] > 0)
       last = i;
-  }
   double u = unif * s;
   return u < s ? first_above(cum, m, u) : last;
 }

@@ -406,22 +406,9 @@ static void argbest_range(void *ctx, int64_t lo, int64_t hi)
 }
 
 /* -- Cumulative sum ------------------------------------------------------------
-** Each row (dim made innermost, in the accumulating dtype) is summed in
-** order, element by element; out walks the same row in the result's
+** Each row (dim made innermost, in the accumulating dtype) is summed in the
+** canonical scan order (tensor.h); out walks the same row in the result's
 ** layout, `inner` apart. */
-
-#define CUMSUM_FN(nm, T, add)                                                \
-  static void cumsum_##nm(const T *x, T *out, int64_t n, int64_t inner)      \
-  {                                                                          \
-    T acc = 0;                                                               \
-    for (int64_t k = 0; k < n; k++) {                                        \
-      acc = add(acc, x[k]);                                                  \
-      out[k * inner] = acc;                                                  \
-    }                                                                        \
-  }
-CUMSUM_FN(f32, float, TENSOR_COMB_ADD)
-CUMSUM_FN(f64, double, TENSOR_COMB_ADD)
-CUMSUM_FN(i64, int64_t, TENSOR_COMB_ADDW)
 
 typedef struct {
   tc_dtype dt;
@@ -439,11 +426,14 @@ static void cumsum_range(void *ctx, int64_t lo, int64_t hi)
     int64_t o = r / j->inner, i = r % j->inner;
     char *out = j->out + (o * j->n * j->inner + i) * esz;
     switch (j->dt) {
-    case TC_F32: cumsum_f32((const float *)x, (float *)out, j->n, j->inner);
+    case TC_F32:
+      tensor_scan_f32((const float *)x, (float *)out, j->n, j->inner);
       break;
-    case TC_F64: cumsum_f64((const double *)x, (double *)out, j->n, j->inner);
+    case TC_F64:
+      tensor_scan_f64((const double *)x, (double *)out, j->n, j->inner);
       break;
-    default: cumsum_i64((const int64_t *)x, (int64_t *)out, j->n, j->inner);
+    default:
+      tensor_scan_i64((const int64_t *)x, (int64_t *)out, j->n, j->inner);
     }
   }
 }

@@ -99,9 +99,11 @@ typedef enum {
   /* The sequential passes: one after another along the row, position 0
   ** first, as a loop in C would (cumsum, scatter_add). A kernel with one
   ** has only such passes (a sequential kernel: kir_sequential). */
-  KIR_PASS_SCAN,     /* acc = fold(op, acc, value) from the identity, and
-                        buf[out] = acc, at each position in turn (value of
-                        a kir_seq_dtype) */
+  KIR_PASS_SCAN,     /* buf[out] = the fold of the values up to each
+                        position in tensor.h's canonical scan order
+                        (segments folded from the identity, the carry of
+                        the segments before in front; value of a
+                        kir_seq_dtype) */
   KIR_PASS_SCATTER   /* buf[out] at the current point with its gathered
                         axis at `index` (an i64, clamped to [0, gsize - 1]
                         like GATHER's) = fold(op, that element, value), at

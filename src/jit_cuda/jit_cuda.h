@@ -112,8 +112,9 @@ void jcuda_alloc_release_cache(void);
 ** thread per step, or 4 where aligned: jcuda_map_points_per_thread) or of
 ** flat rows (KIR_ROWS: a block per row, grid-stride
 ** over rows; blockDim.x a power of two from 16 to JCUDA_MAX_THREADS; a
-** sequential kernel, kir_sequential: a thread per row, as MAP).
-** Results never depend on the grid or block size. */
+** sequential kernel, kir_sequential: a thread per row, as MAP, except as
+** jcuda_scan_parallel says). Results never depend on the grid or block
+** size. */
 #define JCUDA_ENTRY "tck_main"
 #define JCUDA_MAX_THREADS 1024
 
@@ -165,7 +166,9 @@ void jcuda_params_split(const kir_kernel *k, void *params, jcuda_ptr scratch,
 
 /* How k's units [0, kir_units(k)) are launched on a device of sm_count
 ** multiprocessors (launch.c). MAP and sequential ROWS: 256 threads, a block
-** per 256 points (rows) up to 4 per multiprocessor. ROWS: a block per row
+** per 256 points (rows) up to 4 per multiprocessor; a parallel scan
+** (jcuda_scan_parallel): a block per row, up to 4 per multiprocessor, of
+** 32 to 256 threads sized to the row's segments. ROWS: a block per row
 ** (16 to 256 threads sized to the row), unless k is splittable, its row
 ** spans at least 2 chunks and it
 ** has fewer than 2 rows per multiprocessor: then split (phase 1 with 256
@@ -186,6 +189,15 @@ void jcuda_launch_config(const kir_kernel *k, int sm_count,
 ** its next user after both phases). 0, or -1 with the error set. */
 int jcuda_launch_kernel(jcuda_function fn, const kir_kernel *k,
                         void *params);
+
+/* Does k's text hold the parallel scan? A sequential kernel of SCAN passes
+** alone does: each launch whose rows span more than one TENSOR_SCAN_SEG
+** segment and are at most JCUDA_SCAN_BLOCK_ROWS (hi - lo) runs a block per
+** row, the segments folded in parallel (the kernel tests this itself; the
+** launch sizes the block by it); other launches, and kernels with a
+** SCATTER, a thread per row. Both forms give tensor.h's scan order. */
+#define JCUDA_SCAN_BLOCK_ROWS 65536
+bool jcuda_scan_parallel(const kir_kernel *k);
 
 /* Render k as a self-contained CUDA C translation unit (approx.h included
 ** in the text). Returns a malloc'd string, or NULL with a one-line reason
@@ -226,7 +238,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** by builds that differ in it must not mix their cubins)
 ** ("cuda nvrtc 13.0 sm_90 render 4 fma 1 -fmad=false ..."). Into buf;
 ** returns buf. */
-#define JCUDA_RENDER_VERSION 7
+#define JCUDA_RENDER_VERSION 8
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif

@@ -28,6 +28,16 @@ void jcuda_launch_config(const kir_kernel *k, int sm_count,
 {
   int64_t units = kir_units(k), sm = sm_count > 0 ? sm_count : 1;
   *lc = (jcuda_launch_cfg){ 0 };
+  if (jcuda_scan_parallel(k) && k->row_len > TENSOR_SCAN_SEG &&
+      units <= JCUDA_SCAN_BLOCK_ROWS) {   /* a block per row */
+    int64_t nseg = (k->row_len + TENSOR_SCAN_SEG - 1) / TENSOR_SCAN_SEG;
+    unsigned b = 32;
+    while (b < 256 && (int64_t)b < nseg)
+      b *= 2;
+    lc->block = b;
+    lc->grid = clamp_grid(units, sm * 4);
+    return;
+  }
   if (k->kind == KIR_MAP || kir_sequential(k)) {   /* a thread per unit */
     int per = k->kind == KIR_MAP ? jcuda_map_points_per_thread(k) : 1;
     int64_t threads = (units + per - 1) / per;

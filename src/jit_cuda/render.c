@@ -25,7 +25,9 @@
 **         STORE   positions strided by blockDim; STORE_ROW thread 0.
 **   sequential ROWS (SCAN, SCATTER passes) for row r in [lo, hi), a thread
 **         per row (grid-stride as MAP); each pass a loop over the row's
-**         positions from 0, as the CPU's loop.
+**         positions from 0, as the CPU's loop; a kernel of SCAN passes
+**         alone, with long rows and few, a block per row instead (the
+**         segments of tensor.h's scan order in parallel).
 ** No result depends on the grid or block size: the order of every
 ** combine is fixed by the chunk and lane structure alone.
 */
@@ -867,17 +869,32 @@ static void emit_rows(rd *r)
 }
 
 /* -- Sequential rows ---------------------------------------------------------
-** A kernel of SCAN and SCATTER passes (kir_sequential): a thread per row
-** (grid-stride over rows, as MAP over points), each pass a loop over the
-** row's positions in order, as the CPU's loop takes them. */
+** A kernel of SCAN and SCATTER passes (kir_sequential). SCATTER: a thread
+** per row (grid-stride over rows, as MAP over points), positions in order,
+** as the CPU's loop takes them. SCAN: tensor.h's canonical scan order, in
+** one of two forms that give the same bits (jcuda_scan_parallel): a thread
+** walking its row segment after segment, or, for rows of several segments
+** that are not too many, a block per row whose threads fold a segment each,
+** thread 0 then carrying the segment totals along in order, and each
+** thread writing its segment with its carry in front. */
 
-/* A SCAN pass: the running fold stored at each position. The folds are
-** one chain, so the thread's time goes to waiting on its loads: they are
-** issued SCAN_BATCH positions at a time, ahead of that batch's folds and
-** stores (safe as a scan stores into a fresh buffer: cuda_cumsum's), then
-** the last positions one by one. The same folds in the same order. */
-#define SCAN_BATCH 16
+#define SEG TENSOR_SCAN_SEG
 
+/* sv = carry (+) acc, stored at pos: the scan's value there. */
+static void emit_scan_store(rd *r, const kir_pass *ps, const char *carry,
+                            const char *indent)
+{
+  int dt = r->k->ins[ps->value].dtype;
+  fprintf(r->f, "%s{\n%s  const %s sv = ", indent, indent, ctype[dt]);
+  combine(r, ps->red, dt, carry, "acc");
+  fputs(";\n", r->f);
+  char in2[32];
+  snprintf(in2, sizeof in2, "%s  ", indent);
+  emit_store_of(r, ps->out, "sv", dt, in2);
+  fprintf(r->f, "%s}\n", indent);
+}
+
+/* acc = acc (+) v. */
 static void emit_scan_fold(rd *r, const kir_pass *ps, const char *v,
                            const char *indent)
 {
@@ -885,38 +902,110 @@ static void emit_scan_fold(rd *r, const kir_pass *ps, const char *v,
   fprintf(r->f, "%sacc = ", indent);
   combine(r, ps->red, dt, "acc", v);
   fputs(";\n", r->f);
-  emit_store_of(r, ps->out, "acc", dt, indent);
 }
+
+/* The scan's dtype, checked, and its identity in id. */
+static int scan_dtype(rd *r, int p, char *id, size_t idlen)
+{
+  const kir_pass *ps = &r->k->pass[p];
+  int dt = r->k->ins[ps->value].dtype;
+  if (!kir_seq_dtype(dt))
+    fail(r, "pass%d: a scan of %s", p, dt);
+  identity(r, id, idlen, ps->red, dt);
+  return dt;
+}
+
+/* A SCAN pass walked by one thread. The folds are one chain, so the
+** thread's time goes to waiting on its loads: they are issued SCAN_BATCH
+** positions at a time, ahead of that batch's folds and stores (safe as a
+** scan stores into a fresh buffer: cuda_cumsum's), then the segment's
+** last positions one by one. The same folds in the same order. */
+#define SCAN_BATCH 16
 
 static void emit_scan(rd *r, int p)
 {
   const kir_pass *ps = &r->k->pass[p];
   FILE *f = r->f;
-  int dt = r->k->ins[ps->value].dtype;
   char id[64], v[24];
-  if (!kir_seq_dtype(dt))
-    fail(r, "pass%d: a scan of %s", p, dt);
-  identity(r, id, sizeof id, ps->red, dt);
+  int dt = scan_dtype(r, p, id, sizeof id);
+  const char *T = ctype[dt];
   snprintf(v, sizeof v, "v%d", ps->value);
   r->where = "pos";
-  fprintf(f, "    {\n      %s acc = %s;\n      int64_t at = 0;\n"
-          "      for (; at + %d <= rowlen; at += %d) {\n"
-          "        %s vb[%d];\n"
-          "        TCK_UNROLL\n"
-          "        for (int u = 0; u < %d; u++) {\n"
-          "          const int64_t pos = at + u;\n", ctype[dt], id,
-          SCAN_BATCH, SCAN_BATCH, ctype[dt], SCAN_BATCH, SCAN_BATCH);
+  fprintf(f, "    {\n      %s carry = %s;\n"
+          "      for (int64_t s0 = 0; s0 < rowlen; s0 += %d) {\n"
+          "        const int64_t e = rowlen - s0 < %d ? rowlen : s0 + %d;\n"
+          "        %s acc = %s;\n        int64_t at = s0;\n"
+          "        for (; at + %d <= e; at += %d) {\n"
+          "          %s vb[%d];\n"
+          "          TCK_UNROLL\n"
+          "          for (int u = 0; u < %d; u++) {\n"
+          "            const int64_t pos = at + u;\n", T, id, SEG, SEG, SEG,
+          T, id, SCAN_BATCH, SCAN_BATCH, T, SCAN_BATCH, SCAN_BATCH);
+  emit_values(r, &ps->value, 1, "            ");
+  fprintf(f, "            vb[u] = %s;\n          }\n"
+          "          TCK_UNROLL\n"
+          "          for (int u = 0; u < %d; u++) {\n"
+          "            const int64_t pos = at + u;\n", v, SCAN_BATCH);
+  emit_scan_fold(r, ps, "vb[u]", "            ");
+  emit_scan_store(r, ps, "carry", "            ");
+  fputs("          }\n        }\n"
+        "        for (int64_t pos = at; pos < e; pos++) {\n", f);
   emit_values(r, &ps->value, 1, "          ");
-  fprintf(f, "          vb[u] = %s;\n        }\n"
-          "        TCK_UNROLL\n"
-          "        for (int u = 0; u < %d; u++) {\n"
-          "          const int64_t pos = at + u;\n", v, SCAN_BATCH);
-  emit_scan_fold(r, ps, "vb[u]", "          ");
-  fputs("        }\n      }\n"
-        "      for (int64_t pos = at; pos < rowlen; pos++) {\n", f);
-  emit_values(r, &ps->value, 1, "        ");
-  emit_scan_fold(r, ps, v, "        ");
-  fputs("      }\n    }\n", f);
+  emit_scan_fold(r, ps, v, "          ");
+  emit_scan_store(r, ps, "carry", "          ");
+  fputs("        }\n        carry = ", f);
+  combine(r, ps->red, dt, "carry", "acc");
+  fputs(";\n      }\n    }\n", f);
+}
+
+/* One walk of this thread's segment [s0, e): fold it into acc, and with
+** `store` write carry c0 (+) acc at each position. */
+static void emit_segment_walk(rd *r, const kir_pass *ps, const char *id,
+                              bool store)
+{
+  char v[24];
+  snprintf(v, sizeof v, "v%d", ps->value);
+  fprintf(r->f, "        acc = %s;\n"
+          "        for (int64_t pos = s0; pos < e; pos++) {\n", id);
+  emit_values(r, &ps->value, 1, "          ");
+  emit_scan_fold(r, ps, v, "          ");
+  if (store)
+    emit_scan_store(r, ps, "c0", "          ");
+  fputs("        }\n", r->f);
+}
+
+/* A SCAN pass by the block: rounds of nthr segments, thread t folding
+** segment round + t; thread 0 replaces each total in shared memory by the
+** carry before it (the totals folded in order, the carry kept across
+** rounds); then each thread walks its segment again, storing. */
+static void emit_scan_block(rd *r, int p)
+{
+  const kir_pass *ps = &r->k->pass[p];
+  FILE *f = r->f;
+  char id[64];
+  int dt = scan_dtype(r, p, id, sizeof id);
+  const char *T = ctype[dt];
+  r->where = "pos";
+  fprintf(f, "    {\n      %s *const sm = (%s *)tck_smem;\n"
+          "      %s carry = %s;\n"
+          "      const int64_t nseg = (rowlen + %d) / %d;\n"
+          "      for (int64_t sb = 0; sb < nseg; sb += nthr) {\n"
+          "        const int64_t s0 = (sb + tid) * %d;\n"
+          "        const int64_t e = rowlen - s0 < %d ? rowlen : s0 + %d;\n"
+          "        %s acc;\n", T, T, T, id, SEG - 1, SEG, SEG, SEG, SEG, T);
+  emit_segment_walk(r, ps, id, false);
+  fprintf(f, "        sm[tid] = acc;\n        TCK_SYNC();\n"
+          "        if (tid == 0) {\n"
+          "          const int64_t m = nseg - sb < nthr ? nseg - sb : nthr;\n"
+          "          for (int64_t j = 0; j < m; j++) {\n"
+          "            const %s t = sm[j];\n"
+          "            sm[j] = carry;\n"
+          "            carry = ", T);
+  combine(r, ps->red, dt, "carry", "t");
+  fprintf(f, ";\n          }\n        }\n        TCK_SYNC();\n"
+          "        const %s c0 = sm[tid];\n", T);
+  emit_segment_walk(r, ps, id, true);
+  fputs("        TCK_SYNC();\n      }\n    }\n", f);
 }
 
 /* A SCATTER pass: each position's value folded into the element its index
@@ -946,20 +1035,45 @@ static void emit_scatter(rd *r, int p)
   fputs(";\n    }\n", f);
 }
 
-static void emit_seq_rows(rd *r)
+bool jcuda_scan_parallel(const kir_kernel *k)
+{
+  if (!kir_sequential(k))
+    return false;
+  for (int p = 0; p < k->npasses; p++)
+    if (k->pass[p].kind != KIR_PASS_SCAN)
+      return false;
+  return true;
+}
+
+/* Every pass, each by one thread (block false) or by the block. */
+static void emit_seq_passes(rd *r, bool block)
 {
   const kir_kernel *k = r->k;
-  FILE *f = r->f;
-  emit_step(r);
-  emit_grid_stride(r, "row", "lo", "rb");
   for (int p = 0; p < k->npasses; p++)
     if (k->pass[p].kind == KIR_PASS_SCAN)
-      emit_scan(r, p);
+      block ? emit_scan_block(r, p) : emit_scan(r, p);
     else if (k->pass[p].kind == KIR_PASS_SCATTER)
       emit_scatter(r, p);
     else
       fail(r, "pass%d: not sequential, in a sequential kernel (a value of "
            "%s)", p, k->ins[k->pass[p].value].dtype);
+}
+
+static void emit_seq_rows(rd *r)
+{
+  FILE *f = r->f;
+  emit_step(r);
+  if (jcuda_scan_parallel(r->k)) {   /* the launch's test (launch.c) */
+    emit_row_setup(r);
+    fprintf(f, "  if (rowlen > %d && hi - lo <= %d) {\n"
+            "  for (int64_t row = lo + blockIdx.x; row < hi; "
+            "row += gridDim.x) {\n", SEG, JCUDA_SCAN_BLOCK_ROWS);
+    emit_offsets(r, "row", "rb");
+    emit_seq_passes(r, true);
+    fputs("  }\n  return;\n  }\n", f);
+  }
+  emit_grid_stride(r, "row", "lo", "rb");
+  emit_seq_passes(r, false);
   fputs("  }\n", f);
 }
 
@@ -1177,8 +1291,8 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   fputs(jcuda_approx_text, f);
   fputs(jcuda_half_text, f);
   bool seq = kir_sequential(k);
-  if (k->kind == KIR_ROWS && !seq)   /* one block's scratch, shared by
-                                        every phase */
+  if (k->kind == KIR_ROWS && (!seq || jcuda_scan_parallel(k)))
+    /* one block's scratch, shared by every phase */
     fprintf(f, "\nTCK_SHARED uint64_t tck_smem[%d];\n", JCUDA_MAX_THREADS);
   r.vec = vec_plan(k, r.vmode);
   if (r.vec)

@@ -2,7 +2,8 @@
 ** reduce_order.c -- the last step of the canonical reduction order
 ** (tensor.h): chunk partials combined pairwise by levels. Eager reductions
 ** and compiled kernels (whose launcher combines the partials their chunks
-** produced) both end here, so the order is written once.
+** produced) both end here, so the order is written once. And the
+** canonical scan order, for the CPU's inclusive sums.
 */
 #include <math.h>
 
@@ -43,3 +44,29 @@ int tensor_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out)
 
 float tensor_combine_f32(float *p, int64_t m) { return combine_sum_f32(p, m); }
 double tensor_combine_f64(double *p, int64_t m) { return combine_sum_f64(p, m); }
+
+/* The canonical scan order (tensor.h). Each segment is walked as a plain
+** running sum, then its carry is added in front while the segment is in
+** L1 (a loop GCC vectorizes): the one chain of dependent adds is as short
+** as a plain running sum's. The first segment's carry is the identity,
+** and +0 (+) L is L (a sum from +0 is never -0), so it is left out. */
+#define SCAN_FN(nm, T, comb)                                                 \
+  void tensor_scan_##nm(const T *x, T *out, int64_t n, int64_t ostride)     \
+  {                                                                          \
+    T carry = 0;                                                             \
+    for (int64_t s = 0; s < n; s += TENSOR_SCAN_SEG) {                       \
+      int64_t e = n - s < TENSOR_SCAN_SEG ? n : s + TENSOR_SCAN_SEG;         \
+      T acc = 0;                                                             \
+      for (int64_t i = s; i < e; i++) {                                      \
+        acc = comb(acc, x[i]);                                               \
+        out[i * ostride] = acc;                                              \
+      }                                                                      \
+      if (s > 0)                                                             \
+        for (int64_t i = s; i < e; i++)                                      \
+          out[i * ostride] = comb(carry, out[i * ostride]);                  \
+      carry = comb(carry, acc);                                              \
+    }                                                                        \
+  }
+SCAN_FN(f32, float, TENSOR_COMB_ADD)
+SCAN_FN(f64, double, TENSOR_COMB_ADD)
+SCAN_FN(i64, int64_t, TENSOR_COMB_ADDW)

@@ -512,6 +512,25 @@ int tensor_combine(int kind, tc_dtype dt, void *p, int64_t m, void *out);
 float tensor_combine_f32(float *p, int64_t m);
 double tensor_combine_f64(double *p, int64_t m);
 
+/* -- The canonical scan order (reduce_order.c, principle 2) ---------------
+** Shared by every inclusive sum along a row (cumsum, multinomial's running
+** sums), eager or on a device: the row is cut into segments of
+** TENSOR_SCAN_SEG positions; each segment is folded in order from the
+** identity (L_i, the fold up to position i within its segment), and the
+** carry (C, the segments before folded in order: C = C (+) T after each
+** segment, T its total, from the identity) is combined in front:
+** out[i] = C (+) L_i. A row of one segment is the plain running sum. One
+** thread walks it in one pass; a device folds the segments in parallel,
+** then the carries in order, then writes each segment (jit_cuda). */
+#define TENSOR_SCAN_SEG 256
+/* out[i * ostride] for i in [0, n): the scan of x[0..n) (contiguous) in
+** that order, sums wrapping on integers. */
+void tensor_scan_f32(const float *x, float *out, int64_t n, int64_t ostride);
+void tensor_scan_f64(const double *x, double *out, int64_t n,
+                     int64_t ostride);
+void tensor_scan_i64(const int64_t *x, int64_t *out, int64_t n,
+                     int64_t ostride);
+
 /* -- Debug ----------------------------------------------------------------- */
 
 void tensor_dump(const tc_tensor *t, FILE *out);

@@ -1,15 +1,18 @@
 /*
-** test_cumsum_triangle.c -- tc_cumsum against sequential sums written here
-** (bitwise: the order is part of the contract), over every dim and layout,
+** test_cumsum_triangle.c -- tc_cumsum against sums written here in the
+** order tc.h states (bitwise: the order is part of the contract), over every dim and layout,
 ** f32, f64, integers and bool (i64 results, past 2^31); tc_tril and tc_triu
 ** against (i, j) tests over batched inputs, every k that matters, several
 ** dtypes and layouts; errors.
 */
 #include "testutil.h"
 
-/* Sequential inclusive sums along dim d of the C-order values v (shape of
-** a), in the result dtype: in float for f32 (one rounding per step, as the
-** contract says), in double for f64, exactly in int64 otherwise. */
+/* Inclusive sums along dim d of the C-order values v (shape of a), in the
+** result dtype and in the order tc.h states: segments of 256 positions,
+** each summed in order from 0, with the sum of the segments before (summed
+** in order) added in front. In float for f32 (one rounding per step, as
+** the contract says), in double for f64, exactly in int64 otherwise. */
+#define SEG 256
 static double *ref_cumsum(const tu_arr *a, int d, tc_dtype rdt) {
   double *out = malloc((size_t)(a->n ? a->n : 1) * sizeof(double));
   assert_non_null(out);
@@ -17,16 +20,22 @@ static double *ref_cumsum(const tu_arr *a, int d, tc_dtype rdt) {
   for (int j = d + 1; j < a->ndim; j++) inner *= a->shape[j];
   for (int64_t base = 0; base < a->n; base++) {
     if ((base / inner) % n != 0) continue;   /* first element of a row */
-    float f = 0;
-    double g = 0;
+    float f = 0, fc = 0;
+    double g = 0, gc = 0;
     int64_t q = 0;
     for (int64_t k = 0; k < n; k++) {
+      if (k % SEG == 0) {   /* a new segment: its carry, its sum from 0 */
+        fc += f;
+        gc += g;
+        f = 0;
+        g = 0;
+      }
       double x = a->v[base + k * inner];
       f += (float)x;
       g += x;
       q += (int64_t)x;
-      out[base + k * inner] = rdt == TC_F32 ? (double)f
-                              : rdt == TC_F64 ? g : (double)q;
+      out[base + k * inner] = rdt == TC_F32 ? (double)(fc + f)
+                              : rdt == TC_F64 ? gc + g : (double)q;
     }
   }
   return out;
@@ -65,6 +74,21 @@ static void test_cumsum_float_layouts(void **state) {
   check_cumsum(&a, 1, TC_F32, "long rows");
   check_cumsum(&a, 0, TC_F32, "long rows");
   tu_free(&a);
+  /* rows ending around the segment boundaries, values whose sums round
+  ** differently in any other order (1e8 among ones), strided too */
+  const int64_t lens[] = {255, 256, 257, 512, 3 * 256 + 7};
+  for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+    for (int t = 0; t < 2; t++) {
+      int64_t shp[2] = {3, lens[i]};
+      tu_arr b = tu_make_unif(dts[t], t ? TU_TRANS : TU_CONTIG, 2, shp, 0, 1,
+                              60 + (int)i);
+      for (int64_t j = 0; j < b.n; j += 7) b.v[j] *= 1e8;
+      tu_arr c = tu_make(dts[t], t ? TU_TRANS : TU_CONTIG, 2, shp, b.v);
+      check_cumsum(&c, 1, dts[t], "segments");
+      check_cumsum(&c, 0, dts[t], "segments");
+      tu_free(&c);
+      tu_free(&b);
+    }
 }
 
 static void test_cumsum_int_and_bool(void **state) {

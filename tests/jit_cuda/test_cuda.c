@@ -682,22 +682,35 @@ static void seq_fill(void *ctx)
     c->acc[i] = 0.25 * (double)i;
 }
 
+/* The scan order of tensor.h, written out: segments of 256 positions, each
+** summed from 0, the segments before (summed in order) added in front. */
+#define SEG 256
+static float scan_step(float *carry, float *run, int64_t j, float v)
+{
+  if (j % SEG == 0) {
+    *carry += *run;
+    *run = 0.0f;
+  }
+  *run += v;
+  return *carry + *run;
+}
+
 /* The loops the passes stand for, in double where the scatter folds and in
-** float, element after element, where the scan does. */
+** float, in the scan order, where the scan does. */
 static void seq_check(void *ctx)
 {
   seq_case *c = ctx;
   for (int64_t r = 0; r < c->rows; r++) {
-    float run = 0.0f;
+    float run = 0.0f, carry = 0.0f;
     double *want = malloc(sizeof(double) * (size_t)c->places);
     for (int64_t p = 0; p < c->places; p++)
       want[p] = 0.25 * (double)(p * c->rows + r);
     for (int64_t j = 0; j < c->len; j++) {
       float v = c->x[r * c->len + j];
-      run += v;
-      if (!same_bits_f32(c->cum[r * c->len + j], run))
+      float w = scan_step(&carry, &run, j, v);
+      if (!same_bits_f32(c->cum[r * c->len + j], w))
         fail_msg("scan row %lld at %lld: %a, want %a", (long long)r,
-                 (long long)j, (double)c->cum[r * c->len + j], (double)run);
+                 (long long)j, (double)c->cum[r * c->len + j], (double)w);
       int64_t at = c->idx[r * c->len + j];
       at = at < 0 ? 0 : at >= c->places ? c->places - 1 : at;   /* clamped */
       want[at] += (double)v;
@@ -759,9 +772,104 @@ static void check_sequential(int64_t len)
 static void test_sequential_passes(void **state)
 {
   (void)state;
-  static const int64_t lens[] = { 1, 15, 16, 17, 1003 };
+  static const int64_t lens[] = { 1, 15, 16, 17, 255, 256, 257, 1003 };
   for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
     check_sequential(lens[i]);
+}
+
+/* -- The parallel scan: a block per row, segments side by side ------------- */
+
+typedef struct {
+  int64_t rows, len;
+  const float *x;      /* len x rows: row r is column r */
+  uint16_t *cum;       /* rows x len, f16 bits */
+  double *cumd;        /* rows x len */
+} pscan_case;
+
+static void pscan_fill(void *ctx)
+{
+  pscan_case *c = ctx;
+  memset(c->cum, 0xff, sizeof *c->cum * (size_t)(c->rows * c->len));
+  memset(c->cumd, 0xff, sizeof *c->cumd * (size_t)(c->rows * c->len));
+}
+
+/* f32 sums in the scan order, stored as f16; the same of 2x in double. */
+static void pscan_check(void *ctx)
+{
+  pscan_case *c = ctx;
+  for (int64_t r = 0; r < c->rows; r++) {
+    float run = 0.0f, carry = 0.0f;
+    double rund = 0.0, carryd = 0.0;
+    for (int64_t j = 0; j < c->len; j++) {
+      float v = c->x[j * c->rows + r];
+      float w = scan_step(&carry, &run, j, v);
+      if (j % SEG == 0) {
+        carryd += rund;
+        rund = 0.0;
+      }
+      rund += 2.0 * (double)v;
+      uint16_t h = half_f16_from_f32(w);
+      if (c->cum[r * c->len + j] != h)
+        fail_msg("f16 scan row %lld at %lld: %#x, want %#x", (long long)r,
+                 (long long)j, c->cum[r * c->len + j], h);
+      if (!same_bits_f64(c->cumd[r * c->len + j], carryd + rund))
+        fail_msg("f64 scan row %lld at %lld: %a, want %a", (long long)r,
+                 (long long)j, c->cumd[r * c->len + j], carryd + rund);
+    }
+  }
+}
+
+/* Two SCAN passes over strided rows: rows of one segment and less run a
+** thread per row; longer ones a block per row (more segments than a
+** block's threads in the longest: several rounds of carries), the same
+** bits under every launch configuration, static and dynamic. */
+static void test_parallel_scan(void **state)
+{
+  (void)state;
+  static const int64_t lens[] = { 100, 257, 600, 32 * 256 + 5, 70000 };
+  for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+    for (int dyn = 0; dyn < 2; dyn++) {
+      pscan_case c = { .rows = i % 2 ? 3 : 1, .len = lens[i] };
+      size_t n = (size_t)(c.rows * c.len);
+      float *x = malloc(n * sizeof *x);
+      c.cum = malloc(n * sizeof *c.cum);
+      c.cumd = malloc(n * sizeof *c.cumd);
+      assert_true(x && c.cum && c.cumd);
+      for (size_t j = 0; j < n; j++)   /* small values and big: order shows */
+        x[j] = (float)((j * 7919) % 1000) * 1e-4f + (j % 9 ? 0.0f : 5.0f);
+      c.x = x;
+      kir_kernel *k = new_kernel(KIR_ROWS, 1);
+      k->dynamic = dyn;
+      k->size[0] = c.rows;
+      k->row_len = c.len;
+      int bx = add_buf(k, KIR_IN, TC_F32, (int64_t[]){ 1, c.rows });
+      int bh = add_buf(k, KIR_OUT, TC_F16, (int64_t[]){ c.len, 1 });
+      int bd = add_buf(k, KIR_OUT, TC_F64, (int64_t[]){ c.len, 1 });
+      add_pass(k, KIR_PASS_SCAN, KIR_RED_SUM, bh, kir_load(k, bx));
+      int twice = kir_emit(k, KOP_MUL, TC_F64, kir_cast(k, TC_F64,
+                                                       kir_load(k, bx)),
+                           kir_const(k, TC_F64, 2.0), -1);
+      add_pass(k, KIR_PASS_SCAN, KIR_RED_SUM, bd, twice);
+      assert_true(jcuda_scan_parallel(k));
+      jcuda_launch_cfg lc;
+      jcuda_launch_config(k, 132, &lc);
+      int64_t nseg = (c.len + SEG - 1) / SEG;
+      unsigned want_block = c.len <= SEG ? 256 : 32;   /* then sized */
+      while (c.len > SEG && want_block < 256 && (int64_t)want_block < nseg)
+        want_block *= 2;
+      assert_int_equal(lc.block, want_block);
+      assert_int_equal(lc.grid, c.len <= SEG ? 1 : c.rows);
+      int64_t dims[(TC_MAX_DIMS + 1) * (KIR_MAX_BUFS + 1)];
+      kir_dyn_fill(k, dims);
+      char *bufs[] = { (char *)x, (char *)c.cum, (char *)c.cumd };
+      run_all(k, bufs, NULL, dyn ? dims : NULL, pscan_fill, pscan_check, &c);
+      if (i == 2)
+        nvrtc_accepts(k);
+      free(k);
+      free(x);
+      free(c.cum);
+      free(c.cumd);
+    }
 }
 
 /* -- Split reductions: phases across blocks, the same canonical order ------- */
@@ -1000,6 +1108,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_rows_follow_the_canonical_order),
     cmocka_unit_test(test_rows_strided),
     cmocka_unit_test(test_sequential_passes),
+    cmocka_unit_test(test_parallel_scan),
     cmocka_unit_test(test_split_reductions_equal_eager),
     cmocka_unit_test(test_split_many_rows),
     cmocka_unit_test(test_split_launch_config),

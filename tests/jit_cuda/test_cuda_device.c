@@ -598,8 +598,10 @@ static void test_join_and_gather_equal_cpu(void **state)
   tc_scope_end(mark);
 }
 
-/* cumsum and scatter_add add in the CPU's order (one element after
-** another along the dim), so a device result is the CPU's bit for bit:
+/* cumsum adds in the CPU's order (tensor.h's scan order: by a thread or,
+** for long rows, a block per row) and scatter_add in the CPU's too (one
+** element after another along the dim), so a device result is the CPU's
+** bit for bit:
 ** known values first, then every dim, strided, each dtype, duplicate
 ** indices with magnitudes where the order shows, and the embedding's
 ** gradient (a scatter_add) in a training step */
@@ -629,6 +631,10 @@ static void test_scan_and_scatter_equal_cpu(void **state)
     tc_cast(tc_round(tc_mul_scalar(randn(6, 9, 43), 5)), TC_I32),
     tc_gt_scalar(randn(4, 9, 44), 0), tc_full(TC_F32, 0, NULL, 2.5),
     tc_zeros(TC_F32, TC_SHAPE(3, 0)),
+    /* rows of many segments of the scan order: a block per row */
+    tc_add(tc_mul_scalar(randn(2, 20000, 53), 1e8),
+           tc_rand(TC_F32, TC_SHAPE(2, 20000), 54)),
+    tc_reshape(tc_cast(randn(1, 70001, 55), TC_F64), TC_SHAPE(70001)),
   };
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++)
     for (int dim = 0; dim < (tc_ndim(xs[i]) ? tc_ndim(xs[i]) : 1); dim++) {
@@ -852,6 +858,7 @@ static void test_multinomial_equals_cpu(void **state)
     tc_cast(tc_rand(TC_F32, TC_SHAPE(3, 8), 74), TC_F16),
     tc_transpose(tc_rand(TC_F32, TC_SHAPE(12, 6), 75), 0, 1),
     tc_zeros(TC_F32, TC_SHAPE(0, 5)),
+    tc_softmax(randn(2, 3000, 76), -1),   /* sums by a block per row */
   };
   for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
     tc_tensor *d = dev(ps[i]);
