@@ -406,58 +406,93 @@ static void argbest_range(void *ctx, int64_t lo, int64_t hi)
 }
 
 /* -- Cumulative sum ------------------------------------------------------------
-** Each row (dim made innermost, in the accumulating dtype) is summed in the
-** canonical scan order (tensor.h); out walks the same row in the result's
-** layout, `inner` apart. */
+** In the canonical scan order (tensor.h), in the accumulating dtype. Along
+** the last dim each row is scanned on its own; along another, x keeps its
+** order ([outer][n][inner], contiguous) and blocks of TENSOR_SCAN_COLS
+** columns are scanned side by side, so rows are read and written in order
+** and the columns' adds are vector adds. */
 
 typedef struct {
   tc_dtype dt;
   const char *x;
   char *out;
-  int64_t n, inner;
+  int64_t n, inner, nblk;   /* nblk: column blocks of an outer index */
 } cumsum_job;
 
-static void cumsum_range(void *ctx, int64_t lo, int64_t hi)
+static void cumsum_rows(void *ctx, int64_t lo, int64_t hi)
 {
   const cumsum_job *j = ctx;
   int64_t esz = (int64_t)tensor_dtype_size[j->dt];
   for (int64_t r = lo; r < hi; r++) {
     const char *x = j->x + r * j->n * esz;
-    int64_t o = r / j->inner, i = r % j->inner;
-    char *out = j->out + (o * j->n * j->inner + i) * esz;
+    char *out = j->out + r * j->n * esz;
     switch (j->dt) {
     case TC_F32:
-      tensor_scan_f32((const float *)x, (float *)out, j->n, j->inner);
+      tensor_scan_f32((const float *)x, (float *)out, j->n, 1);
       break;
     case TC_F64:
-      tensor_scan_f64((const double *)x, (double *)out, j->n, j->inner);
+      tensor_scan_f64((const double *)x, (double *)out, j->n, 1);
       break;
     default:
-      tensor_scan_i64((const int64_t *)x, (int64_t *)out, j->n, j->inner);
+      tensor_scan_i64((const int64_t *)x, (int64_t *)out, j->n, 1);
     }
   }
 }
 
+static void cumsum_cols(void *ctx, int64_t lo, int64_t hi)
+{
+  const cumsum_job *j = ctx;
+  int64_t esz = (int64_t)tensor_dtype_size[j->dt];
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t o = u / j->nblk, c0 = u % j->nblk * TENSOR_SCAN_COLS;
+    int64_t nc = j->inner - c0 < TENSOR_SCAN_COLS ? j->inner - c0
+                                                  : TENSOR_SCAN_COLS;
+    int64_t at = (o * j->n * j->inner + c0) * esz;
+    const char *x = j->x + at;
+    char *out = j->out + at;
+    switch (j->dt) {
+    case TC_F32:
+      tensor_scan_cols_f32((const float *)x, (float *)out, j->n, j->inner, nc);
+      break;
+    case TC_F64:
+      tensor_scan_cols_f64((const double *)x, (double *)out, j->n, j->inner,
+                           nc);
+      break;
+    default:
+      tensor_scan_cols_i64((const int64_t *)x, (int64_t *)out, j->n,
+                           j->inner, nc);
+    }
+  }
+}
+
+/* out: contiguous, t's shape, the accumulating dtype. */
 static int cumsum_into(const tc_tensor *t, int dim, tc_tensor *out)
 {
-  int64_t n = 1, inner = 1, rows = 1;
+  int64_t n = 1, inner = 1, outer = 1;
   for (int d = 0; d < t->ndim; d++) {
     if (d == dim)
       n = t->shape[d];
-    else
-      rows *= t->shape[d];
-    if (d > dim)
+    else if (d > dim)
       inner *= t->shape[d];
+    else
+      outer *= t->shape[d];
   }
-  if (rows == 0 || n == 0)
+  if (outer * inner == 0 || n == 0)
     return 0;
-  tc_tensor *x = eager_rows_of(t, dim, (tc_dtype)out->dtype);
+  tc_tensor *x = tensor_is_contiguous(t) && t->dtype == out->dtype
+                 ? tensor_ref((tc_tensor *)t)
+                 : eager_contiguous_copy(t, (tc_dtype)out->dtype);
   if (!x)
     return -1;
+  int64_t nblk = (inner + TENSOR_SCAN_COLS - 1) / TENSOR_SCAN_COLS;
   cumsum_job j = { (tc_dtype)out->dtype, tensor_ptr(x), tensor_ptr(out), n,
-                   inner };
-  tensor_parallel(rows, n >= TENSOR_RED_CHUNK ? 1 : REDUCE_GRAIN_ROWS, cumsum_range,
-                 &j);
+                   inner, nblk };
+  if (inner == 1)
+    tensor_parallel(outer, n >= TENSOR_RED_CHUNK ? 1 : REDUCE_GRAIN_ROWS,
+                    cumsum_rows, &j);
+  else
+    tensor_parallel(outer * nblk, n * TENSOR_SCAN_COLS >= TENSOR_RED_CHUNK
+                    ? 1 : REDUCE_GRAIN_ROWS, cumsum_cols, &j);
   tensor_unref(x);
   eager_count(ST_KERNELS_LAUNCHED);
   return 0;

@@ -70,3 +70,33 @@ double tensor_combine_f64(double *p, int64_t m) { return combine_sum_f64(p, m); 
 SCAN_FN(f32, float, TENSOR_COMB_ADD)
 SCAN_FN(f64, double, TENSOR_COMB_ADD)
 SCAN_FN(i64, int64_t, TENSOR_COMB_ADDW)
+
+/* Columns side by side: each column's segment sums and carries as above,
+** kept in arrays across the columns (out = carry (+) acc directly: the
+** columns' chains are independent, so there is no chain to shorten). */
+#define SCAN_COLS_FN(nm, T, comb)                                            \
+  void tensor_scan_cols_##nm(const T *x, T *out, int64_t n, int64_t inner,  \
+                             int64_t ncols)                                  \
+  {                                                                          \
+    T carry[TENSOR_SCAN_COLS], acc[TENSOR_SCAN_COLS];                        \
+    for (int64_t j = 0; j < ncols; j++)                                      \
+      carry[j] = 0;                                                          \
+    for (int64_t s = 0; s < n; s += TENSOR_SCAN_SEG) {                       \
+      int64_t e = n - s < TENSOR_SCAN_SEG ? n : s + TENSOR_SCAN_SEG;         \
+      for (int64_t j = 0; j < ncols; j++)                                    \
+        acc[j] = 0;                                                          \
+      for (int64_t k = s; k < e; k++) {                                      \
+        const T *xr = x + k * inner;                                         \
+        T *orow = out + k * inner;                                           \
+        for (int64_t j = 0; j < ncols; j++) {                                \
+          acc[j] = comb(acc[j], xr[j]);                                      \
+          orow[j] = comb(carry[j], acc[j]);                                  \
+        }                                                                    \
+      }                                                                      \
+      for (int64_t j = 0; j < ncols; j++)                                    \
+        carry[j] = comb(carry[j], acc[j]);                                   \
+    }                                                                        \
+  }
+SCAN_COLS_FN(f32, float, TENSOR_COMB_ADD)
+SCAN_COLS_FN(f64, double, TENSOR_COMB_ADD)
+SCAN_COLS_FN(i64, int64_t, TENSOR_COMB_ADDW)

@@ -88,6 +88,15 @@ static void test_cumsum_float_layouts(void **state) {
       check_cumsum(&c, 0, dts[t], "segments");
       tu_free(&c);
       tu_free(&b);
+      /* down columns: several segments, column blocks of 64 and a rest */
+      int64_t cshp[3] = {2, lens[i], 70};
+      tu_arr d = tu_make_unif(dts[t], t ? TU_SLICED : TU_CONTIG, 3, cshp, 0,
+                              1, 70 + (int)i);
+      for (int64_t j = 0; j < d.n; j += 5) d.v[j] *= 1e8;
+      tu_arr e = tu_make(dts[t], t ? TU_SLICED : TU_CONTIG, 3, cshp, d.v);
+      check_cumsum(&e, 1, dts[t], "columns");
+      tu_free(&e);
+      tu_free(&d);
     }
 }
 
