@@ -932,9 +932,9 @@ static void emit_scan(rd *r, int p)
   snprintf(v, sizeof v, "v%d", ps->value);
   r->where = "pos";
   fprintf(f, "    {\n      %s carry = %s;\n"
-          "      for (int64_t s0 = 0; s0 < rowlen; s0 += %d) {\n"
-          "        const int64_t e = rowlen - s0 < %d ? rowlen : s0 + %d;\n"
-          "        %s acc = %s;\n        int64_t at = s0;\n"
+          "      for (int64_t seg = 0; seg < rowlen; seg += %d) {\n"
+          "        const int64_t e = rowlen - seg < %d ? rowlen : seg + %d;\n"
+          "        %s acc = %s;\n        int64_t at = seg;\n"
           "        for (; at + %d <= e; at += %d) {\n"
           "          %s vb[%d];\n"
           "          TCK_UNROLL\n"
@@ -958,19 +958,19 @@ static void emit_scan(rd *r, int p)
   fputs(";\n      }\n    }\n", f);
 }
 
-/* One walk of this thread's segment [s0, e): fold it into acc, and with
-** `store` write carry c0 (+) acc at each position. */
+/* One walk of this thread's segment [seg, e): fold it into acc, and with
+** `store` write carried (+) acc at each position. */
 static void emit_segment_walk(rd *r, const kir_pass *ps, const char *id,
                               bool store)
 {
   char v[24];
   snprintf(v, sizeof v, "v%d", ps->value);
   fprintf(r->f, "        acc = %s;\n"
-          "        for (int64_t pos = s0; pos < e; pos++) {\n", id);
+          "        for (int64_t pos = seg; pos < e; pos++) {\n", id);
   emit_values(r, &ps->value, 1, "          ");
   emit_scan_fold(r, ps, v, "          ");
   if (store)
-    emit_scan_store(r, ps, "c0", "          ");
+    emit_scan_store(r, ps, "carried", "          ");
   fputs("        }\n", r->f);
 }
 
@@ -990,8 +990,8 @@ static void emit_scan_block(rd *r, int p)
           "      %s carry = %s;\n"
           "      const int64_t nseg = (rowlen + %d) / %d;\n"
           "      for (int64_t sb = 0; sb < nseg; sb += nthr) {\n"
-          "        const int64_t s0 = (sb + tid) * %d;\n"
-          "        const int64_t e = rowlen - s0 < %d ? rowlen : s0 + %d;\n"
+          "        const int64_t seg = (sb + tid) * %d;\n"
+          "        const int64_t e = rowlen - seg < %d ? rowlen : seg + %d;\n"
           "        %s acc;\n", T, T, T, id, SEG - 1, SEG, SEG, SEG, SEG, T);
   emit_segment_walk(r, ps, id, false);
   fprintf(f, "        sm[tid] = acc;\n        TCK_SYNC();\n"
@@ -1003,7 +1003,7 @@ static void emit_scan_block(rd *r, int p)
           "            carry = ", T);
   combine(r, ps->red, dt, "carry", "t");
   fprintf(f, ";\n          }\n        }\n        TCK_SYNC();\n"
-          "        const %s c0 = sm[tid];\n", T);
+          "        const %s carried = sm[tid];\n", T);
   emit_segment_walk(r, ps, id, true);
   fputs("        TCK_SYNC();\n      }\n    }\n", f);
 }
