@@ -360,7 +360,9 @@ TC_API int tc_topk(tc_tensor *a, int64_t k, int dim, bool largest,
 /* n i64 category indices drawn per row of probs (1-D [m] -> [n], 2-D
 ** [r, m] -> [r, n]; weights finite, >= 0, not all 0; need not sum to 1).
 ** Draw j of row r uses tc_rand's stream element r * n + j for the seed, so
-** results are deterministic. Without replacement a category is drawn once
+** results are deterministic: it is the first category whose running sum
+** of the weights (in f64, in tc_cumsum's order) exceeds that uniform times
+** the row's total. Without replacement a category is drawn once
 ** (n may not exceed a row's nonzero weights). */
 TC_API tc_tensor *tc_multinomial(tc_tensor *probs, int64_t n,
                                  bool replacement, uint64_t seed);

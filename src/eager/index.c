@@ -345,20 +345,30 @@ static int64_t first_above(const double *cum, int64_t m, double u)
   return lo;
 }
 
-/* One draw from weights w (cum: their running sums in the canonical scan
-** order, recomputed here): u = uniform * total falls in the bucket of
-** exactly one positive weight; a u that rounds up to the total takes the
-** last positive one. */
-static int64_t draw(double *w, double *cum, int64_t m, double unif)
+/* A row's running sums in the canonical scan order (cum) and its last
+** positive weight, what its draws need; recomputed only after a draw
+** without replacement zeroed a weight. */
+typedef struct {
+  double *cum;
+  int64_t last;
+} row_sums;
+
+static void sums_of(const double *w, int64_t m, row_sums *rs)
 {
-  tensor_scan_f64(w, cum, m, 1);
-  double s = cum[m - 1];
-  int64_t last = 0;
+  tensor_scan_f64(w, rs->cum, m, 1);
+  rs->last = 0;
   for (int64_t i = 0; i < m; i++)
     if (w[i] > 0)
-      last = i;
-  double u = unif * s;
-  return u < s ? first_above(cum, m, u) : last;
+      rs->last = i;
+}
+
+/* One draw: u = uniform * total falls in the bucket of exactly one
+** positive weight; a u that rounds up to the total takes the last positive
+** one. */
+static int64_t draw(const row_sums *rs, int64_t m, double unif)
+{
+  double s = rs->cum[m - 1], u = unif * s;
+  return u < s ? first_above(rs->cum, m, u) : rs->last;
 }
 
 /* Per row: draw j uses eager_uniform(seed, row * n + j); without
@@ -373,8 +383,8 @@ static tc_tensor *cpu_multinomial(const eager_call *c)
   uint64_t seed = call_seed(c);
   tc_tensor *w = eager_contiguous_copy(p, TC_F64);
   tc_tensor *out = w ? tensor_new(TC_I64, c->ndim, c->shape) : NULL;
-  double *cum = out ? malloc(sizeof *cum * (size_t)(m + 1)) : NULL;
-  if (!cum) {
+  row_sums rs = { out ? malloc(sizeof *rs.cum * (size_t)m) : NULL, 0 };
+  if (!rs.cum) {
     if (out)
       tc_seterr(TC_E_NOMEM, "%s: out of memory", c->fn);
     tensor_unref(w);
@@ -384,14 +394,17 @@ static tc_tensor *cpu_multinomial(const eager_call *c)
   int64_t *o = tensor_ptr(out);
   for (int64_t r = 0; r < nrows; r++) {
     double *wr = (double *)tensor_ptr(w) + r * m;
+    sums_of(wr, m, &rs);
     for (int64_t j = 0; j < n; j++) {
-      int64_t i = draw(wr, cum, m, eager_uniform(seed, (uint64_t)(r * n + j)));
+      int64_t i = draw(&rs, m, eager_uniform(seed, (uint64_t)(r * n + j)));
       o[r * n + j] = i;
-      if (!c->keepdim)
+      if (!c->keepdim && j + 1 < n) {
         wr[i] = 0;
+        sums_of(wr, m, &rs);
+      }
     }
   }
-  free(cum);
+  free(rs.cum);
   tensor_unref(w);
   eager_count(ST_KERNELS_LAUNCHED);
   return out;

@@ -153,38 +153,44 @@ static void test_topk_errors(void **state) {
 /* -- multinomial ------------------------------------------------------------ */
 
 /* The documented draws: uniform u_j = tc_rand(f64)[r * n + j], the first
-** category whose running sum (double, in order) exceeds u_j * total; the
-** last positive one if none does; without replacement a drawn weight is
-** set to 0 for later draws. */
+** category whose running sum (double, in tc_cumsum's order: segments of
+** 256 summed in order, the segments before added in front) exceeds
+** u_j * total, the last such sum; the last positive one if none does;
+** without replacement a drawn weight is set to 0 for later draws. */
 static void ref_multinomial(const double *p, int64_t rows, int64_t m,
                             int64_t n, bool repl, uint64_t seed,
                             double *out) {
   tc_tensor *u = TU_NN(tc_rand(TC_F64, TC_SHAPE(rows * n), seed));
   double *uv = tu_read(u);
   double *w = malloc(sizeof(double) * (size_t)m);
+  double *cum = malloc(sizeof(double) * (size_t)m);
   for (int64_t r = 0; r < rows; r++) {
     memcpy(w, p + r * m, sizeof(double) * (size_t)m);
     for (int64_t j = 0; j < n; j++) {
-      double total = 0;
+      double carry = 0, seg = 0;
       int64_t last = 0;
       for (int64_t i = 0; i < m; i++) {
-        total += w[i];
+        if (i % 256 == 0) {
+          carry += seg;
+          seg = 0;
+        }
+        seg += w[i];
+        cum[i] = carry + seg;
         if (w[i] > 0) last = i;
       }
-      double x = uv[r * n + j] * total, s = 0;
+      double x = uv[r * n + j] * cum[m - 1];
       int64_t pick = last;
-      for (int64_t i = 0; i < m; i++) {
-        s += w[i];
-        if (s > x) {
+      for (int64_t i = 0; i < m; i++)
+        if (cum[i] > x) {
           pick = i;
           break;
         }
-      }
       out[r * n + j] = (double)pick;
       if (!repl) w[pick] = 0;
     }
   }
   free(w);
+  free(cum);
   free(uv);
   tc_release(u);
 }
@@ -229,6 +235,22 @@ static void test_multinomial_draws(void **state) {
   free(got);
   tc_release(r);
   tc_release(pv);
+  /* long rows (sums of several segments), many draws, either way */
+  double *lp = tu_uniform(2 * 1000, 0, 1, 9);
+  for (int i = 0; i < 2 * 1000; i += 3) lp[i] = 0;
+  tc_tensor *lt = tu_from(TC_F64, TC_SHAPE(2, 1000), lp);
+  for (int repl = 0; repl < 2; repl++) {
+    int64_t n = repl ? 300 : 20;
+    tc_tensor *lr = TU_NN(tc_multinomial(lt, n, repl, 11));
+    double *lg = tu_read(lr), *lw = malloc(sizeof(double) * 2 * 300);
+    ref_multinomial(lp, 2, 1000, n, repl, 11, lw);
+    for (int64_t i = 0; i < 2 * n; i++) assert_true(lg[i] == lw[i]);
+    free(lg);
+    free(lw);
+    tc_release(lr);
+  }
+  tc_release(lt);
+  free(lp);
 }
 
 static void test_multinomial_frequencies_and_seeds(void **state) {
