@@ -588,6 +588,37 @@ static void w4b_check(wl *w) {
   if (!close_enough(v, ref, 0, 1e-5)) fail("sum_all(x) = %.9g, expected %.9g", v, ref);
 }
 
+/* W14: cumsum of a 2048x4096 f32 matrix down its columns (dim 0: blocks of
+** columns scanned side by side); W14b: along its rows (dim 1). Checked at
+** sampled columns and rows against running sums in double. */
+#define W14_R 2048
+#define W14_C 4096
+static void w14_setup(wl *w) { w->t[0] = CK(tc_rand(TC_F32, TC_SHAPE(W14_R, W14_C), 14)); }
+static void w14_run(wl *w, int dim) {
+  tc_tensor *c = CK(tc_cumsum(w->t[0], dim));
+  CKI(tc_realize(c));
+  tc_release(c);
+}
+static void w14_iter(wl *w) { w14_run(w, 0); }
+static void w14b_iter(wl *w) { w14_run(w, 1); }
+static void w14_check_dim(wl *w, int dim) {
+  tc_tensor *c = CK(tc_cumsum(w->t[0], dim));
+  float *x = f32_data(w->t[0]), *y = f32_data(c);
+  long n = dim ? W14_C : W14_R, lines = dim ? W14_R : W14_C;
+  for (long l = 0; l < lines; l += 97) {
+    double ref = 0;
+    for (long k = 0; k < n; k++) {
+      long at = dim ? l * W14_C + k : k * W14_C + l;
+      ref += x[at];
+      if (!close_enough(y[at], ref, 1e-4, 1e-5))
+        fail("cumsum dim %d: line %ld at %ld = %.9g, expected %.9g", dim, l, k, y[at], ref);
+    }
+  }
+  tc_release(c);
+}
+static void w14_check(wl *w) { w14_check_dim(w, 0); }
+static void w14b_check(wl *w) { w14_check_dim(w, 1); }
+
 /* W5: per-op overhead: add two 64-element tensors, release the result. */
 static void w5_setup(wl *w) {
   w->t[0] = CK(tc_arange(TC_F32, 0, 64, 1));
@@ -1341,6 +1372,10 @@ static wl workloads[] = {
    .inner = 1, .bytes = W12_BYTES},
   {.id = "W13", .name = "GPT train step 4x128 ctx 64 b 16", .setup = w13_setup, .iter = w13_iter,
    .check = w13_check, .inner = 1, .flops = W13_FLOPS},
+  {.id = "W14", .name = "cumsum 2048x4096 f32 dim 0", .setup = w14_setup, .iter = w14_iter, .check = w14_check,
+   .inner = 1, .bytes = 2.0 * W14_R * W14_C * 4},
+  {.id = "W14b", .name = "cumsum 2048x4096 f32 dim 1", .setup = w14_setup, .iter = w14b_iter,
+   .check = w14b_check, .inner = 1, .bytes = 2.0 * W14_R * W14_C * 4},
 };
 #define NWL ((int)(sizeof workloads / sizeof workloads[0]))
 
@@ -1829,7 +1864,7 @@ static void usage(FILE *f) {
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
           "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W2p W3 W3p W4 W4b W5 W6 W6m W7 W8 W9 W10 W11 W12\n"
-          "                W13)\n"
+          "                W13 W14 W14b)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"
