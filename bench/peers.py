@@ -73,6 +73,8 @@ WORKLOADS = [
     ("W13", "GPT train step 4x128 ctx 64 b 16", 0,      # matmul flops, as gpt_flops()
      3.0 * (4 * (2.0 * 16 * 64 * (128 * 384 + 128 * 128 + 2 * 128 * 512) + 4.0 * 16 * 64 * 64 * 128)
             + 2.0 * 16 * 64 * 128 * 96)),
+    ("W14", "cumsum 2048x4096 f32 dim 0", 2.0 * 2048 * 4096 * 4, 0),
+    ("W14b", "cumsum 2048x4096 f32 dim 1", 2.0 * 2048 * 4096 * 4, 0),
 ]
 
 # The workloads torch.compile also runs (--compile): the ones a fusing
@@ -224,6 +226,13 @@ def numpy_workloads(rng, reps, w5_loop):
     out["W4"] = (lambda: float(np.sum(x4 * x4)), 1)
     out["W4b"] = (lambda: float(x4.sum()), 1)
     out["W4c"] = (lambda: float(np.dot(x4, x4)), 1)
+
+    x14 = rng.random((2048, 4096), dtype=f32)
+    for d in (0, 1):
+        ref14 = np.cumsum(x14.astype(np.float64), axis=d)
+        check(np.allclose(np.cumsum(x14, axis=d), ref14, rtol=1e-5, atol=1e-4), "numpy cumsum")
+    out["W14"] = (lambda: np.cumsum(x14, axis=0), 1)
+    out["W14b"] = (lambda: np.cumsum(x14, axis=1), 1)
 
     a5 = np.arange(64, dtype=f32)
     b5 = np.full(64, 0.5, dtype=f32)
@@ -409,6 +418,13 @@ def torch_workloads(torch, reps, w5_loop):
     out["W4"] = (lambda: float((x4 * x4).sum()), 1)
     out["W4b"] = (lambda: float(x4.sum()), 1)
     out["W4c"] = (lambda: float(torch.dot(x4, x4)), 1)
+
+    x14 = ru(2048, 4096)
+    for d in (0, 1):
+        check(torch.allclose(torch.cumsum(x14, d).double(), torch.cumsum(x14.double(), d),
+                             rtol=1e-5, atol=1e-4), "torch cumsum")
+    out["W14"] = (lambda: torch.cumsum(x14, 0), 1)
+    out["W14b"] = (lambda: torch.cumsum(x14, 1), 1)
 
     a5 = torch.arange(64, dtype=f32)
     b5 = torch.full((64,), 0.5)
@@ -756,7 +772,7 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, for a smoke test")
-    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W11 W12 W13)")
+    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W11 W12 W13 W14 W14b)")
     ap.add_argument("--json", help="write results as JSON to this file")
     ap.add_argument("--tc-json", help="tc-bench --json output: use its floor, show its eager times")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for BLAS/torch (default: all)")
