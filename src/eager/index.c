@@ -355,7 +355,7 @@ typedef struct {
 
 static void sums_of(const double *w, int64_t m, row_sums *rs)
 {
-  tensor_scan_f64(w, rs->cum, m, 1);
+  tensor_scan_f64(w, rs->cum, m);
   rs->last = 0;
   for (int64_t i = 0; i < m; i++)
     if (w[i] > 0)

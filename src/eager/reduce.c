@@ -428,13 +428,13 @@ static void cumsum_rows(void *ctx, int64_t lo, int64_t hi)
     char *out = j->out + r * j->n * esz;
     switch (j->dt) {
     case TC_F32:
-      tensor_scan_f32((const float *)x, (float *)out, j->n, 1);
+      tensor_scan_f32((const float *)x, (float *)out, j->n);
       break;
     case TC_F64:
-      tensor_scan_f64((const double *)x, (double *)out, j->n, 1);
+      tensor_scan_f64((const double *)x, (double *)out, j->n);
       break;
     default:
-      tensor_scan_i64((const int64_t *)x, (int64_t *)out, j->n, 1);
+      tensor_scan_i64((const int64_t *)x, (int64_t *)out, j->n);
     }
   }
 }

@@ -51,7 +51,7 @@ double tensor_combine_f64(double *p, int64_t m) { return combine_sum_f64(p, m); 
 ** as a plain running sum's. The first segment's carry is the identity,
 ** and +0 (+) L is L (a sum from +0 is never -0), so it is left out. */
 #define SCAN_FN(nm, T, comb)                                                 \
-  void tensor_scan_##nm(const T *x, T *out, int64_t n, int64_t ostride)     \
+  void tensor_scan_##nm(const T *x, T *out, int64_t n)                      \
   {                                                                          \
     T carry = 0;                                                             \
     for (int64_t s = 0; s < n; s += TENSOR_SCAN_SEG) {                       \
@@ -59,11 +59,11 @@ double tensor_combine_f64(double *p, int64_t m) { return combine_sum_f64(p, m); 
       T acc = 0;                                                             \
       for (int64_t i = s; i < e; i++) {                                      \
         acc = comb(acc, x[i]);                                               \
-        out[i * ostride] = acc;                                              \
+        out[i] = acc;                                                        \
       }                                                                      \
       if (s > 0)                                                             \
         for (int64_t i = s; i < e; i++)                                      \
-          out[i * ostride] = comb(carry, out[i * ostride]);                  \
+          out[i] = comb(carry, out[i]);                                      \
       carry = comb(carry, acc);                                              \
     }                                                                        \
   }

@@ -523,13 +523,11 @@ double tensor_combine_f64(double *p, int64_t m);
 ** thread walks it in one pass; a device folds the segments in parallel,
 ** then the carries in order, then writes each segment (jit_cuda). */
 #define TENSOR_SCAN_SEG 256
-/* out[i * ostride] for i in [0, n): the scan of x[0..n) (contiguous) in
-** that order, sums wrapping on integers. */
-void tensor_scan_f32(const float *x, float *out, int64_t n, int64_t ostride);
-void tensor_scan_f64(const double *x, double *out, int64_t n,
-                     int64_t ostride);
-void tensor_scan_i64(const int64_t *x, int64_t *out, int64_t n,
-                     int64_t ostride);
+/* out[0..n): the scan of x[0..n) in that order, sums wrapping on
+** integers. */
+void tensor_scan_f32(const float *x, float *out, int64_t n);
+void tensor_scan_f64(const double *x, double *out, int64_t n);
+void tensor_scan_i64(const int64_t *x, int64_t *out, int64_t n);
 /* The same scan down ncols <= TENSOR_SCAN_COLS columns side by side: x and
 ** out hold n rows `inner` elements apart, column j scanned on its own (a
 ** cumsum along a dim that is not the last, vectorized across the columns,
