@@ -119,7 +119,7 @@ def main():
         ("W7", w7, adam_update, 28 * M16),
         ("W1p", lambda f: lambda: f(x1), gelu_prims, 8 * M16),
         ("W2p", lambda f: lambda: f(x2), softmax_prims, 8 * M16),
-        ("W14", lambda f: lambda: f(x2), lambda x: torch.cumsum(x, -1),
+        ("W14b", lambda f: lambda: f(x2), lambda x: torch.cumsum(x, -1),
          8 * M16),
     ]
     for wid, bind, fn, nbytes in work:
