@@ -419,27 +419,9 @@ typedef struct {
   int64_t n, inner, nblk;   /* nblk: column blocks of an outer index */
 } cumsum_job;
 
-static void cumsum_rows(void *ctx, int64_t lo, int64_t hi)
-{
-  const cumsum_job *j = ctx;
-  int64_t esz = (int64_t)tensor_dtype_size[j->dt];
-  for (int64_t r = lo; r < hi; r++) {
-    const char *x = j->x + r * j->n * esz;
-    char *out = j->out + r * j->n * esz;
-    switch (j->dt) {
-    case TC_F32:
-      tensor_scan_f32((const float *)x, (float *)out, j->n);
-      break;
-    case TC_F64:
-      tensor_scan_f64((const double *)x, (double *)out, j->n);
-      break;
-    default:
-      tensor_scan_i64((const int64_t *)x, (int64_t *)out, j->n);
-    }
-  }
-}
-
-static void cumsum_cols(void *ctx, int64_t lo, int64_t hi)
+/* Units are (outer index, column block); along the last dim (inner 1) a
+** unit is one row. */
+static void cumsum_range(void *ctx, int64_t lo, int64_t hi)
 {
   const cumsum_job *j = ctx;
   int64_t esz = (int64_t)tensor_dtype_size[j->dt];
@@ -448,19 +430,21 @@ static void cumsum_cols(void *ctx, int64_t lo, int64_t hi)
     int64_t nc = j->inner - c0 < TENSOR_SCAN_COLS ? j->inner - c0
                                                   : TENSOR_SCAN_COLS;
     int64_t at = (o * j->n * j->inner + c0) * esz;
-    const char *x = j->x + at;
-    char *out = j->out + at;
+    const void *x = j->x + at;
+    void *out = j->out + at;
+    bool row = j->inner == 1;
     switch (j->dt) {
     case TC_F32:
-      tensor_scan_cols_f32((const float *)x, (float *)out, j->n, j->inner, nc);
+      row ? tensor_scan_f32(x, out, j->n)
+          : tensor_scan_cols_f32(x, out, j->n, j->inner, nc);
       break;
     case TC_F64:
-      tensor_scan_cols_f64((const double *)x, (double *)out, j->n, j->inner,
-                           nc);
+      row ? tensor_scan_f64(x, out, j->n)
+          : tensor_scan_cols_f64(x, out, j->n, j->inner, nc);
       break;
     default:
-      tensor_scan_cols_i64((const int64_t *)x, (int64_t *)out, j->n,
-                           j->inner, nc);
+      row ? tensor_scan_i64(x, out, j->n)
+          : tensor_scan_cols_i64(x, out, j->n, j->inner, nc);
     }
   }
 }
@@ -485,14 +469,11 @@ static int cumsum_into(const tc_tensor *t, int dim, tc_tensor *out)
   if (!x)
     return -1;
   int64_t nblk = (inner + TENSOR_SCAN_COLS - 1) / TENSOR_SCAN_COLS;
+  int64_t cols = inner < TENSOR_SCAN_COLS ? inner : TENSOR_SCAN_COLS;
   cumsum_job j = { (tc_dtype)out->dtype, tensor_ptr(x), tensor_ptr(out), n,
                    inner, nblk };
-  if (inner == 1)
-    tensor_parallel(outer, n >= TENSOR_RED_CHUNK ? 1 : REDUCE_GRAIN_ROWS,
-                    cumsum_rows, &j);
-  else
-    tensor_parallel(outer * nblk, n * TENSOR_SCAN_COLS >= TENSOR_RED_CHUNK
-                    ? 1 : REDUCE_GRAIN_ROWS, cumsum_cols, &j);
+  tensor_parallel(outer * nblk, n * cols >= TENSOR_RED_CHUNK
+                  ? 1 : REDUCE_GRAIN_ROWS, cumsum_range, &j);
   tensor_unref(x);
   eager_count(ST_KERNELS_LAUNCHED);
   return 0;

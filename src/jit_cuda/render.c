@@ -915,6 +915,21 @@ static int scan_dtype(rd *r, int p, char *id, size_t idlen)
   return dt;
 }
 
+/* Positions [from, e) of this thread's segment one by one: each folded
+** into acc and, unless carry is NULL, carry (+) acc stored there. */
+static void emit_segment_walk(rd *r, const kir_pass *ps, const char *from,
+                              const char *carry)
+{
+  char v[24];
+  snprintf(v, sizeof v, "v%d", ps->value);
+  fprintf(r->f, "        for (int64_t pos = %s; pos < e; pos++) {\n", from);
+  emit_values(r, &ps->value, 1, "          ");
+  emit_scan_fold(r, ps, v, "          ");
+  if (carry)
+    emit_scan_store(r, ps, carry, "          ");
+  fputs("        }\n", r->f);
+}
+
 /* A SCAN pass walked by one thread. The folds are one chain, so the
 ** thread's time goes to waiting on its loads: they are issued SCAN_BATCH
 ** positions at a time, ahead of that batch's folds and stores (safe as a
@@ -948,31 +963,13 @@ static void emit_scan(rd *r, int p)
           "            const int64_t pos = at + u;\n", v, SCAN_BATCH);
   emit_scan_fold(r, ps, "vb[u]", "            ");
   emit_scan_store(r, ps, "carry", "            ");
-  fputs("          }\n        }\n"
-        "        for (int64_t pos = at; pos < e; pos++) {\n", f);
-  emit_values(r, &ps->value, 1, "          ");
-  emit_scan_fold(r, ps, v, "          ");
-  emit_scan_store(r, ps, "carry", "          ");
-  fputs("        }\n        carry = ", f);
+  fputs("          }\n        }\n", f);
+  emit_segment_walk(r, ps, "at", "carry");
+  fputs("        carry = ", f);
   combine(r, ps->red, dt, "carry", "acc");
   fputs(";\n      }\n    }\n", f);
 }
 
-/* One walk of this thread's segment [seg, e): fold it into acc, and with
-** `store` write carried (+) acc at each position. */
-static void emit_segment_walk(rd *r, const kir_pass *ps, const char *id,
-                              bool store)
-{
-  char v[24];
-  snprintf(v, sizeof v, "v%d", ps->value);
-  fprintf(r->f, "        acc = %s;\n"
-          "        for (int64_t pos = seg; pos < e; pos++) {\n", id);
-  emit_values(r, &ps->value, 1, "          ");
-  emit_scan_fold(r, ps, v, "          ");
-  if (store)
-    emit_scan_store(r, ps, "carried", "          ");
-  fputs("        }\n", r->f);
-}
 
 /* A SCAN pass by the block: rounds of nthr segments, thread t folding
 ** segment round + t; thread 0 replaces each total in shared memory by the
@@ -992,8 +989,9 @@ static void emit_scan_block(rd *r, int p)
           "      for (int64_t sb = 0; sb < nseg; sb += nthr) {\n"
           "        const int64_t seg = (sb + tid) * %d;\n"
           "        const int64_t e = rowlen - seg < %d ? rowlen : seg + %d;\n"
-          "        %s acc;\n", T, T, T, id, SEG - 1, SEG, SEG, SEG, SEG, T);
-  emit_segment_walk(r, ps, id, false);
+          "        %s acc = %s;\n", T, T, T, id, SEG - 1, SEG, SEG, SEG, SEG,
+          T, id);
+  emit_segment_walk(r, ps, "seg", NULL);
   fprintf(f, "        sm[tid] = acc;\n        TCK_SYNC();\n"
           "        if (tid == 0) {\n"
           "          const int64_t m = nseg - sb < nthr ? nseg - sb : nthr;\n"
@@ -1003,8 +1001,8 @@ static void emit_scan_block(rd *r, int p)
           "            carry = ", T);
   combine(r, ps->red, dt, "carry", "t");
   fprintf(f, ";\n          }\n        }\n        TCK_SYNC();\n"
-          "        const %s carried = sm[tid];\n", T);
-  emit_segment_walk(r, ps, id, true);
+          "        const %s carried = sm[tid];\n        acc = %s;\n", T, id);
+  emit_segment_walk(r, ps, "seg", "carried");
   fputs("        TCK_SYNC();\n      }\n    }\n", f);
 }
 
