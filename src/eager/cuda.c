@@ -12,6 +12,7 @@
 ** built here from pointwise ops, reductions and hand-built kernels, each
 ** giving the CPU's result bit for bit. Every op runs on the device.
 */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -816,12 +817,25 @@ static tc_tensor *cuda_scatter_add(const eager_call *c)
 /* -- Topk: ranks under the CPU's order ---------------------------------------
 ** TOPK gives indices only (its values are a gather at them) and the CPU's
 ** order is total (NaN above every number, then the value, ties to the
-** lower index), so any exact method gives the CPU's indices. Here each
-** element's rank is the count of the row's elements before it (one ROWS
-** kernel: for element j a REDUCE over i of before(i, j): n^2 compares a
-** row in O(n) memory), and each index is scattered to its place (its rank,
-** or when unsorted its place among the chosen in index order); the result
-** is the first k places. */
+** lower index), so any exact method gives the CPU's indices. An element's
+** rank is the count of elements before it (a ROWS kernel comparing along
+** its row axis), and place t of the result holds the element ranked t (in
+** index order: the t-th of the chosen by position), picked by a ROWS
+** kernel: the MAX over a row of the one value whose key is t.
+**
+** Ranks over a whole row take n^2 compares. A long row with a small k is
+** cut into C chunks of B instead, the last filled out past the row's end
+** with pads (after every element): each of the top k is in its chunk's
+** top min(k, B), so only those candidates (M = C min(k, B)) are ranked
+** among themselves, n B + M^2 compares in all. The kernels work on
+** [R, G, m] views (R rows, G groups of m: a chunk, or a row as G = 1). */
+
+/* Topk's chunk sizes: powers of two from TOPK_CHUNK_MIN, for rows of at
+** least TOPK_CHUNKED_MIN (a shorter row's compares cost less than the
+** extra launches). */
+#define TOPK_CHUNK_MIN 64
+#define TOPK_CHUNK_MAX 8192
+#define TOPK_CHUNKED_MIN 1024
 
 /* The rank kernel's value: is element i (xi, pi) before element j? */
 static int before(kir_kernel *k, int xi, int xj, int pi, int pj, bool desc,
@@ -844,124 +858,298 @@ static int before(kir_kernel *k, int xi, int xj, int pi, int pj, bool desc,
   return kir_emit(k, KOP_SEL, TC_BOOL, better, yes, first);
 }
 
-/* The i64 rank of each element of x (on the device) along dim d. */
-static tc_tensor *cuda_ranks(const char *fn, tc_tensor *x, int d, bool desc)
+/* A ROWS kernel over [R, G, m] groups, its row axis along m, its points
+** [R, G, slots]; buffers added with group_buf. */
+static kir_kernel *group_kernel(const char *fn, const int64_t *rgm,
+                                int64_t slots)
 {
-  int64_t n = x->shape[d];
-  tc_tensor *pos = cuda_positions(fn, 1, &n, 0, n);
-  tc_tensor *rank = pos ? tensor_new_on(TC_DEV_CUDA, TC_I64, x->ndim,
-                                        x->shape) : NULL;
-  kir_kernel *k = rank ? kir_new() : NULL;
+  kir_kernel *k = kir_new();
   if (!k) {
-    if (rank)
-      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
-    tensor_unref(pos);
-    tensor_unref(rank);
+    tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
     return NULL;
   }
   k->kind = KIR_ROWS;
   k->dynamic = true;
-  k->ndim = x->ndim;
-  k->row_len = n;
-  k->nbufs = 5;   /* x at j and at i, the positions j and i, the ranks */
-  int nd = x->ndim;
-  for (int b = 0; b < 5; b++)
-    k->buf[b] = (kir_buf){ .role = b == 4 ? KIR_OUT : KIR_IN,
-                           .dtype = b < 2 ? x->dtype : TC_I64 };
-  for (int i = 0; i < nd; i++) {
-    k->size[i] = x->shape[i];
-    k->buf[0].stride[i] = x->stride[i];
-    k->buf[1].stride[i] = i == d ? 0 : x->stride[i];
-    k->buf[2].stride[i] = i == d;
-    k->buf[4].stride[i] = rank->stride[i];
+  k->ndim = 3;
+  k->size[0] = rgm[0];
+  k->size[1] = rgm[1];
+  k->size[2] = slots;
+  k->row_len = rgm[2];
+  return k;
+}
+
+/* A buffer of k for t ([R, G, m], or 0-d: the same element everywhere),
+** of dtype dt, its last dim read along the points (along_row false) or
+** along the row axis (true). */
+static int group_buf(kir_kernel *k, kir_buf_role role, const tc_tensor *t,
+                     tc_dtype dt, bool along_row)
+{
+  kir_buf *b = &k->buf[k->nbufs];
+  *b = (kir_buf){ .role = (uint8_t)role, .dtype = (uint8_t)dt };
+  if (t->ndim == 3) {
+    b->stride[0] = t->stride[0];
+    b->stride[1] = t->stride[1];
+    b->stride[along_row ? 3 : 2] = t->stride[2];
   }
-  k->buf[1].stride[nd] = x->stride[d];
-  k->buf[3].stride[nd] = 1;
-  int xj = kir_load(k, 0), xi = kir_load(k, 1);
-  int v = kir_cast(k, TC_I64, before(k, xi, xj, kir_load(k, 3),
-                                     kir_load(k, 2), desc,
-                                     tensor_dtype_is_float(x->dtype)));
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1, v,
-                                      -1 };
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, KIR_RED_SUM, 4,
-                                      kir_rowvar(k, 0), -1 };
-  int rc = run_built(fn, k, (tc_tensor *[]){ x, x, pos, pos, rank });
-  tensor_unref(pos);
-  if (rc < 0)
+  return k->nbufs++;
+}
+
+/* Run a group kernel: its value v summed (REDUCE SUM, i64) or the MAX of
+** its values (pick) per point, stored at each point of out. */
+static int run_group(const char *fn, kir_kernel *k, kir_red red,
+                     const int *v, int nv, tc_tensor *const *ts)
+{
+  for (int i = 0; i < nv; i++)
+    k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, (uint8_t)red, -1,
+                                        v[i], -1 };
+  for (int i = 0; i < nv; i++)
+    k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, (uint8_t)red,
+                                        (int16_t)(k->nbufs - nv + i),
+                                        kir_rowvar(k, i), -1 };
+  return run_built(fn, k, ts);
+}
+
+/* i64 [R, G, m]: each element's rank in its group of v (by the order, ties
+** by the i64 positions p, [R, G, m]); positions at or above the 0-d n are
+** pads, after every element and in position order among themselves (so
+** the ranks are a permutation, and a pick finds each). */
+static tc_tensor *group_ranks(const char *fn, tc_tensor *v, tc_tensor *p,
+                              tc_tensor *n, bool desc)
+{
+  tc_tensor *rank = tensor_new_on(TC_DEV_CUDA, TC_I64, 3, v->shape);
+  kir_kernel *k = rank ? group_kernel(fn, v->shape, v->shape[2]) : NULL;
+  if (!k)
+    return tensor_unref(rank), NULL;
+  tc_dtype vt = (tc_dtype)v->dtype;
+  int xj = kir_load(k, group_buf(k, KIR_IN, v, vt, false));
+  int xi = kir_load(k, group_buf(k, KIR_IN, v, vt, true));
+  int pj = kir_load(k, group_buf(k, KIR_IN, p, TC_I64, false));
+  int pi = kir_load(k, group_buf(k, KIR_IN, p, TC_I64, true));
+  int end = kir_load(k, group_buf(k, KIR_IN, n, TC_I64, false));
+  group_buf(k, KIR_OUT, rank, TC_I64, false);
+  int no = kir_const(k, TC_BOOL, 0), yes = kir_const(k, TC_BOOL, 1);
+  int pad_i = kir_emit(k, KOP_GE, TC_BOOL, pi, end, -1);
+  int pad_j = kir_emit(k, KOP_GE, TC_BOOL, pj, end, -1);
+  int real = before(k, xi, xj, pi, pj, desc, tensor_dtype_is_float(vt));
+  int lower = kir_emit(k, KOP_LT, TC_BOOL, pi, pj, -1);
+  int by_i = kir_emit(k, KOP_SEL, TC_BOOL, pad_j, lower, no);   /* pad i */
+  int by_j = kir_emit(k, KOP_SEL, TC_BOOL, pad_j, yes, real);   /* real i */
+  int b = kir_cast(k, TC_I64, kir_emit(k, KOP_SEL, TC_BOOL, pad_i, by_i,
+                                       by_j));
+  if (run_group(fn, k, KIR_RED_SUM, &b, 1,
+                (tc_tensor *[]){ v, v, p, p, n, rank }) < 0)
     return tensor_unref(rank), NULL;
   return rank;
 }
 
-/* i64 call of op over in[0..nin) along dim d with x's shape. */
-static eager_call along(const eager_call *c, tc_op op, int nin,
-                        tc_tensor *const *in, const tc_tensor *x)
+/* The value no element is below in MAX's order: a pick's filler. */
+static int lowest(kir_kernel *k, tc_dtype dt)
 {
-  eager_call r = { .op = op, .fn = c->fn, .nin = nin, .dim = c->dim,
-                   .dtype = TC_I64, .cdtype = TC_I64, .ndim = x->ndim };
-  for (int i = 0; i < nin; i++)
-    r.in[i] = in[i];
-  memcpy(r.shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-  return r;
+  double v = tensor_dtype_is_float(dt) ? -(double)INFINITY
+             : dt == TC_I32 ? (double)INT32_MIN : (double)INT64_MIN;
+  return kir_const(k, dt, v);
+}
+
+/* Picks: for each group of key (i64 [R, G, m]) and each slot t < slots,
+** the element of each of v[0..nv) (like key) whose key is t, in
+** out[0..nv) ([R, G, slots]; a half value in f32). Every slot must be one
+** element's key. */
+static int group_pick(const char *fn, tc_tensor *key, int nv,
+                      tc_tensor *const *v, int64_t slots, tc_tensor **out)
+{
+  tc_tensor *t = cuda_positions(fn, 1, &slots, 0, slots);
+  tc_tensor *tv = t ? tensor_new_view(t, 3, (int64_t[]){ 1, 1, slots },
+                                      (int64_t[]){ 0, 0, 1 }, 0) : NULL;
+  int64_t shape[3] = { key->shape[0], key->shape[1], slots };
+  tc_dtype dt[2];
+  bool ok = tv != NULL;
+  for (int i = 0; i < nv; i++) {
+    dt[i] = tensor_compute_of((tc_dtype)v[i]->dtype);
+    out[i] = ok ? tensor_new_on(TC_DEV_CUDA, dt[i], 3, shape) : NULL;
+    ok = out[i] != NULL;
+  }
+  kir_kernel *k = ok ? group_kernel(fn, key->shape, slots) : NULL;
+  int rc = -1;
+  if (k) {
+    int ki = kir_load(k, group_buf(k, KIR_IN, key, TC_I64, true));
+    int ti = kir_load(k, group_buf(k, KIR_IN, tv, TC_I64, false));
+    int is_t = kir_emit(k, KOP_EQ, TC_BOOL, ki, ti, -1), val[2];
+    for (int i = 0; i < nv; i++) {
+      int x = kir_cast(k, dt[i], kir_load(k, group_buf(k, KIR_IN, v[i],
+                                                      (tc_dtype)v[i]->dtype,
+                                                      true)));
+      val[i] = kir_emit(k, KOP_SEL, dt[i], is_t, x, lowest(k, dt[i]));
+    }
+    for (int i = 0; i < nv; i++)
+      group_buf(k, KIR_OUT, out[i], dt[i], false);
+    tc_tensor *ts[6] = { key, tv };
+    int nb = 2;
+    for (int i = 0; i < nv; i++)
+      ts[nb++] = v[i];
+    for (int i = 0; i < nv; i++)
+      ts[nb++] = out[i];
+    rc = run_group(fn, k, KIR_RED_MAX, val, nv, ts);
+  }
+  tensor_unref(t);
+  tensor_unref(tv);
+  for (int i = 0; i < nv && rc < 0; i++) {
+    tensor_unref(out[i]);
+    out[i] = NULL;
+  }
+  return rc;
+}
+
+/* i64 [R, 1, M]: for a candidate of rank g (< the 0-d k: chosen) at
+** position p, how many chosen candidates have a lower position; M for the
+** others (no slot's key). */
+static tc_tensor *index_order(const char *fn, tc_tensor *g, tc_tensor *p,
+                              tc_tensor *k0)
+{
+  tc_tensor *key = tensor_new_on(TC_DEV_CUDA, TC_I64, 3, g->shape);
+  kir_kernel *k = key ? group_kernel(fn, g->shape, g->shape[2]) : NULL;
+  if (!k)
+    return tensor_unref(key), NULL;
+  int gj = kir_load(k, group_buf(k, KIR_IN, g, TC_I64, false));
+  int gi = kir_load(k, group_buf(k, KIR_IN, g, TC_I64, true));
+  int pj = kir_load(k, group_buf(k, KIR_IN, p, TC_I64, false));
+  int pi = kir_load(k, group_buf(k, KIR_IN, p, TC_I64, true));
+  int kk = kir_load(k, group_buf(k, KIR_IN, k0, TC_I64, false));
+  group_buf(k, KIR_OUT, key, TC_I64, false);
+  int no = kir_const(k, TC_BOOL, 0), yes = kir_const(k, TC_BOOL, 1);
+  int cj = kir_emit(k, KOP_LT, TC_BOOL, gj, kk, -1);
+  int ci = kir_emit(k, KOP_LT, TC_BOOL, gi, kk, -1);
+  int lower = kir_emit(k, KOP_LT, TC_BOOL, pi, pj, -1);
+  int both = kir_emit(k, KOP_SEL, TC_BOOL, ci, lower, no);
+  int b = kir_cast(k, TC_I64, kir_emit(k, KOP_SEL, TC_BOOL, cj, both, yes));
+  if (run_group(fn, k, KIR_RED_SUM, &b, 1,
+                (tc_tensor *[]){ g, g, p, p, k0, key }) < 0)
+    return tensor_unref(key), NULL;
+  return key;
+}
+
+/* A view of t (contiguous [R, m], at element off) as `shape`, its dim d
+** along m (stride 1) and its other dims, in order, over R. */
+static tc_tensor *rows_view(tc_tensor *t, int ndim, const int64_t *shape,
+                            int d, int64_t m, int64_t off)
+{
+  int64_t st[TC_MAX_DIMS], s = m;
+  for (int i = ndim - 1; i >= 0; i--) {
+    if (i == d)
+      continue;
+    st[i] = s;
+    s *= shape[i];
+  }
+  st[d] = 1;
+  return tensor_new_view(t, ndim, shape, st, t->offset + off);
+}
+
+/* x (any strides) as a new contiguous [R, cb] along its dim d, filled out
+** past its length with copies of the last element (pads: never read as
+** values). */
+static tc_tensor *topk_pack(tc_tensor *x, int d, int64_t r, int64_t cb)
+{
+  int nd = x->ndim;
+  int64_t n = x->shape[d], ps[TC_MAX_DIMS], xst[TC_MAX_DIMS];
+  tc_tensor *xp = tensor_new_on(TC_DEV_CUDA, (tc_dtype)x->dtype, 2,
+                                (int64_t[]){ r, cb });
+  tc_tensor *body = xp ? rows_view(xp, nd, x->shape, d, cb, 0) : NULL;
+  bool ok = body && eager_cuda_copy_into(body, x) == 0;
+  tensor_unref(body);
+  if (ok && cb > n) {
+    memcpy(ps, x->shape, sizeof(int64_t) * (size_t)nd);
+    memcpy(xst, x->stride, sizeof(int64_t) * (size_t)nd);
+    ps[d] = cb - n;
+    xst[d] = 0;
+    tc_tensor *pad = rows_view(xp, nd, ps, d, cb, n);
+    tc_tensor *last = tensor_new_view(x, nd, ps, xst,
+                                      x->offset + (n - 1) * x->stride[d]);
+    ok = pad && last && eager_cuda_copy_into(pad, last) == 0;
+    tensor_unref(pad);
+    tensor_unref(last);
+  }
+  if (!ok)
+    return tensor_unref(xp), NULL;
+  return xp;
+}
+
+/* Compares topk makes over a row of n, in chunks of b (b = n: whole). */
+static double topk_cost(int64_t n, int64_t k, int64_t b, bool sorted)
+{
+  double c = (double)((n + b - 1) / b), kb = (double)(k < b ? k : b);
+  double m = c == 1 ? (double)n : c * kb;
+  double ranks = c * (double)b * (double)b + (c == 1 ? 0 : 2 * kb * c * b +
+                                              m * m);
+  return ranks + (double)k * m + (sorted ? 0 : m * m);
+}
+
+/* The chunk size for a row of n: the cheapest B when it takes under half
+** the compares of the whole row (the extra launches' worth), else n. */
+static int64_t topk_chunk(int64_t n, int64_t k, bool sorted)
+{
+  int64_t best = n;
+  double cost = topk_cost(n, k, n, sorted) / 2;
+  if (n < TOPK_CHUNKED_MIN)
+    return n;
+  for (int64_t b = TOPK_CHUNK_MIN; b <= TOPK_CHUNK_MAX && b < n; b *= 2) {
+    double c = topk_cost(n, k, b, sorted);
+    if (c < cost) {
+      best = b;
+      cost = c;
+    }
+  }
+  return best;
 }
 
 static tc_tensor *cuda_topk(const eager_call *c)
 {
   const char *fn = c->fn;
   tc_tensor *x = c->in[0];
-  int d = c->dim, nd = x->ndim;
+  int d = c->dim;
   int64_t n = x->shape[d], k = c->shape[d];
   if (k == 0 || x->numel == 0)
     return tensor_new_on(TC_DEV_CUDA, TC_I64, c->ndim, c->shape);
-  int64_t pshape[TC_MAX_DIMS], pstride[TC_MAX_DIMS];
-  for (int i = 0; i < nd; i++) {
-    pshape[i] = i == d ? n : 1;
-    pstride[i] = i == d;
-  }
-  tc_tensor *rank = NULL, *pos = NULL, *kk = NULL, *chosen = NULL,
-            *cs = NULL, *one = NULL, *placed = NULL, *kj = NULL, *rest = NULL,
-            *dest = NULL, *zeros = NULL, *posx = NULL, *full = NULL,
-            *first = NULL, *r = NULL;
-  if (!(rank = cuda_ranks(fn, x, d, c->s[0] != 0)) ||
-      !(pos = cuda_positions(fn, nd, pshape, d, n)))
+  bool desc = c->s[0] != 0, sorted = c->s[1] != 0;
+  int64_t r = x->numel / n, b = topk_chunk(n, k, sorted);
+  int64_t nc = (n + b - 1) / b, kb = k < b ? k : b, m = nc * kb;
+  tc_tensor *xp = NULL, *pos = NULL, *end = NULL, *kt = NULL, *xg = NULL,
+            *pg = NULL, *rank = NULL, *cand[2] = { NULL, NULL }, *cv = NULL,
+            *cp = NULL, *g = NULL, *key = NULL, *out = NULL, *ov = NULL,
+            *res = NULL;
+  int64_t cb = nc * b, rgb[3] = { r, nc, b };
+  if (!(xp = topk_pack(x, d, r, cb)) ||
+      !(pos = cuda_positions(fn, 1, &cb, 0, cb)) ||
+      !(end = cuda_positions(fn, 0, NULL, -1, n)) ||
+      !(kt = cuda_positions(fn, 0, NULL, -1, k)) ||
+      !(xg = tensor_new_view(xp, 3, rgb, (int64_t[]){ cb, b, 1 }, 0)) ||
+      !(pg = tensor_new_view(pos, 3, rgb, (int64_t[]){ 0, b, 1 }, 0)) ||
+      !(rank = group_ranks(fn, xg, pg, end, desc)))
     goto done;
-  if (c->s[1] != 0) {   /* sorted: each index at its rank */
-    dest = tensor_ref(rank);
-  } else {   /* the chosen in index order, then the rest */
-    if (!(kk = cuda_positions(fn, 0, NULL, -1, k)) ||
-        !(one = cuda_positions(fn, 0, NULL, -1, 1)) ||
-        !(chosen = cuda_pointwise(fn, TC_OP_LT, 2,
-                                  (tc_tensor *[]){ rank, kk })))
-      goto done;
-    eager_call cc = along(c, TC_OP_CUMSUM, 1, &chosen, x);
-    if (!(cs = cuda_cumsum(&cc)) ||   /* chosen ones up to here */
-        !(placed = cuda_pointwise(fn, TC_OP_SUB, 2,
-                                  (tc_tensor *[]){ cs, one })) ||
-        !(kj = cuda_pointwise(fn, TC_OP_ADD, 2, (tc_tensor *[]){ pos, kk })) ||
-        !(rest = cuda_pointwise(fn, TC_OP_SUB, 2, (tc_tensor *[]){ kj, cs })) ||
-        !(dest = cuda_pointwise(fn, TC_OP_WHERE, 3,
-                                (tc_tensor *[]){ chosen, placed, rest })))
+  int64_t rm[3] = { r, 1, m };
+  if (nc == 1) {   /* the ranks are the row's */
+    g = tensor_ref(rank);
+    cp = tensor_ref(pg);
+  } else {   /* the chunks' candidates ranked among themselves */
+    if (group_pick(fn, rank, 2, (tc_tensor *[]){ pg, xg }, kb, cand) < 0 ||
+        !(cp = tensor_new_view(cand[0], 3, rm, (int64_t[]){ m, m, 1 }, 0)) ||
+        !(cv = tensor_new_view(cand[1], 3, rm, (int64_t[]){ m, m, 1 }, 0)) ||
+        !(g = group_ranks(fn, cv, cp, end, desc)))
       goto done;
   }
-  tc_tensor *hz = tensor_new(TC_I64, nd, x->shape);
-  if (hz)
-    memset(tensor_ptr(hz), 0, (size_t)hz->numel * sizeof(int64_t));
-  zeros = hz ? eager_cuda_from_host(fn, hz) : NULL;
-  tensor_unref(hz);
-  posx = zeros ? tensor_new_view(pos, nd, x->shape, pstride, pos->offset)
-               : NULL;
-  if (posx) {
-    eager_call sc = along(c, TC_OP_SCATTER_ADD, 3,
-                          (tc_tensor *[]){ zeros, dest, posx }, x);
-    full = cuda_scatter_add(&sc);
-  }
-  first = full ? tensor_new_view(full, nd, c->shape, full->stride,
-                                 full->offset) : NULL;
-  r = first ? cuda_copy_as(c, first, TC_I64) : NULL;
+  if (!sorted && !(key = index_order(fn, g, cp, kt)))
+    goto done;
+  tc_tensor *place[1];
+  if (group_pick(fn, sorted ? g : key, 1, &cp, k, place) < 0)
+    goto done;
+  out = place[0];   /* [R, 1, k], as c's shape with d the last */
+  if (!(ov = rows_view(out, c->ndim, c->shape, d, k, 0)))
+    goto done;
+  res = tensor_is_contiguous(ov) ? tensor_ref(ov)
+                                 : cuda_copy_as(c, ov, TC_I64);
 done:;
-  tc_tensor *temps[] = { rank, pos, kk, chosen, cs, one, placed, kj, rest,
-                         dest, zeros, posx, full, first };
+  tc_tensor *temps[] = { xp, pos, end, kt, xg, pg, rank, cand[0], cand[1],
+                         cv, cp, g, key, out, ov };
   UNREF_ALL(temps);
-  return r;
+  return res;
 }
 
 /* -- Multinomial: the CPU's draws from the same uniforms ---------------------

@@ -737,6 +737,66 @@ static void test_topk_equals_cpu(void **state)
   tc_scope_end(mark);
 }
 
+/* topk over long rows, which the device cuts into chunks, ranking only
+** each chunk's candidates: still the CPU's indices, with ties across chunk
+** boundaries, NaNs, infinities and signed zeros, a last chunk of fewer
+** elements than k (pads among the candidates), a strided row, integers at
+** their extremes, and halves. (Few calls: the host runs each kernel's
+** blocks as fibers, slowly.) */
+static void test_topk_long_rows(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  enum { N = 2200 };
+  float v[N];
+  int64_t w[1100];
+  uint64_t s = 12345;
+  for (int i = 0; i < N; i++) {   /* few distinct values: many ties */
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v[i] = (float)((int)(s >> 59) - 16) * 0.5f;
+  }
+  v[17] = v[640] = v[1029] = NAN;
+  v[3] = v[127] = v[128] = v[1028] = INFINITY;   /* across a boundary */
+  for (int i = 1; i < N; i += 9)
+    v[i] = -INFINITY;
+  v[10] = -0.0f;
+  v[11] = 0.0f;
+  for (int i = 0; i < 1100; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    w[i] = (int64_t)(s >> 61) - 4;
+  }
+  w[5] = w[1099] = INT64_MAX;
+  w[1] = w[1098] = INT64_MIN;
+  tc_tensor *x = tc_from_data(TC_F32, TC_SHAPE(1, N), v, sizeof v);
+  tc_tensor *head = tc_slice(x, 1, 0, 1030, 1);   /* a last chunk of 6 */
+  tc_tensor *wt = tc_from_data(TC_I64, TC_SHAPE(1, 1100), w, sizeof w);
+  struct {
+    tc_tensor *x;
+    int dim;
+    int64_t k;
+    int flags;   /* 1: largest, 2: sorted */
+  } cases[] = {
+    { head, 1, 20, 0 }, { head, 1, 20, 1 }, { head, 1, 20, 2 },
+    { head, 1, 20, 3 }, { head, 1, 1, 3 }, { head, 1, 1, 0 },
+    { tc_transpose(tc_slice(x, 1, 0, N, 2), 0, 1), 0, 5, 0 },
+    { wt, 1, 7, 3 }, { wt, 1, 7, 2 },
+    { tc_cast(tc_slice(x, 1, 3, 1103, 1), TC_BF16), 1, 10, 1 },
+    { tc_cast(tc_slice(x, 1, 50, 1150, 1), TC_I32), 1, 9, 2 },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    bool largest = cases[i].flags & 1, sorted = cases[i].flags & 2;
+    tc_tensor *wv, *wi, *gv, *gi;
+    assert_int_equal(tc_topk(cases[i].x, cases[i].k, cases[i].dim, largest,
+                             sorted, &wv, &wi), 0);
+    if (tc_topk(dev(cases[i].x), cases[i].k, cases[i].dim, largest, sorted,
+                &gv, &gi) != 0)
+      fail_msg("topk of case %zu: %s", i, tc_last_error());
+    assert_same_bits(wi, gi);
+    assert_same_bits(wv, gv);
+  }
+  tc_scope_end(mark);
+}
+
 /* A character-level GPT (examples/gpt_model.c, ordinary tc ops) trains on
 ** the device: made with "cuda" the default device, three AdamW steps on
 ** the same batches give the CPU's losses and weights; bit for bit when the
@@ -1012,6 +1072,7 @@ int main(void)
     cmocka_unit_test(test_argbest_equals_cpu),
     cmocka_unit_test(test_scan_and_scatter_equal_cpu),
     cmocka_unit_test(test_topk_equals_cpu),
+    cmocka_unit_test(test_topk_long_rows),
     cmocka_unit_test(test_gpt_trains_on_cuda),
     cmocka_unit_test(test_llama_decodes_on_cuda),
     cmocka_unit_test(test_multinomial_equals_cpu),
