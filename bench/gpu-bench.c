@@ -2,8 +2,9 @@
 ** gpu-bench.c -- tc on a CUDA device (issue 13): W1 (gelu), W2 (softmax),
 ** W3 (layer_norm) and W7 (an Adam step in place) on device tensors, with
 ** W1p and W2p (the same GELU and softmax written from primitive ops, as
-** users write them) and W14b (cumsum along rows: the canonical scan order,
-** a block per row), each eager and compiled (tc_compile_set), beside the
+** users write them), W14b (cumsum along rows: the canonical scan order,
+** a block per row) and W15 (topk of 50 over 64 rows of 32000: chunked
+** ranks), each eager and compiled (tc_compile_set), beside the
 ** device's copy bandwidth measured by tc's own copy kernel (tc_copy_ of
 ** 64 MiB), the eager launch overhead per op, and NVRTC's compile time per
 ** kernel. In each mode a workload's result is first checked against the
@@ -98,6 +99,16 @@ static tc_tensor *w2p(work *w)
 /* W14b: cumsum along the rows (tc-bench's W14b on W2's 4096x4096; each row
 ** 16 segments of the scan order: a block per row on the device). */
 static tc_tensor *w14b(work *w) { return tc_cumsum(w->t[0], -1); }
+/* W15: top-k sampling's first step, the 50 largest logits of each of 64
+** rows of a 32000-token vocabulary (on the device: chunks of the row, only
+** their candidates ranked); the indices, the values being a gather. */
+static tc_tensor *w15(work *w)
+{
+  tc_tensor *idx = NULL;
+  if (tc_topk(w->t[0], 50, -1, true, true, NULL, &idx) < 0)
+    die("W15 topk");
+  return idx;
+}
 static tc_tensor *w3(work *w)
 {
   return tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5);
@@ -143,6 +154,7 @@ static const workload workloads[] = {   /* issue 13's four first */
   { "W1p", "gelu from 9 primitive ops 16M", w1p, 1, false, 8 },
   { "W2p", "softmax 4096x4096 from primitives", w2p, 1, true, 8 },
   { "W14b", "cumsum 4096x4096 f32 dim -1", w14b, 1, true, 8 },
+  { "W15", "topk 50 of 64x32000 f32 dim -1", w15, 1, true, 4 },
 };
 
 static void make_inputs(const workload *wl, work *w, uint64_t seed)
@@ -383,9 +395,12 @@ int main(int argc, char **argv)
       const workload *wl = &workloads[i];
       if (only && !listed(only, wl->id))
         continue;
-      bool ln = !strcmp(wl->id, "W3");
-      work size = { .n = m16 / scale, .rows = (ln ? 8192 : 4096) / scale,
-                    .cols = ln ? 1024 : 4096 };
+      bool ln = !strcmp(wl->id, "W3"), tk = !strcmp(wl->id, "W15");
+      work size = { .n = m16 / scale,
+                    .rows = (ln ? 8192 : tk ? 64 : 4096) / scale,
+                    .cols = ln ? 1024 : tk ? 32000 : 4096 };
+      if (tk && scale > 1)   /* rows long enough to be cut into chunks */
+        size.cols = 32000 / scale > 1024 ? 32000 / scale : 1024;
       if (size.rows < 1)
         size.rows = 1;
       figures f = run_mode(wl, &size, 100 + 10 * i, compiled, reps);

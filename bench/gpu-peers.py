@@ -93,6 +93,7 @@ def main():
     x1 = torch.randn(M16, device=dev)
     x2 = torch.randn(4096, 4096, device=dev)
     x3 = torch.randn(8192, 1024, device=dev)
+    x15 = torch.randn(64, 32000, device=dev)
     g3, b3 = torch.randn(1024, device=dev), torch.randn(1024, device=dev)
     p, g, m = (torch.randn(M16, device=dev) for _ in range(3))
     v = torch.rand(M16, device=dev)
@@ -121,6 +122,8 @@ def main():
         ("W2p", lambda f: lambda: f(x2), softmax_prims, 8 * M16),
         ("W14b", lambda f: lambda: f(x2), lambda x: torch.cumsum(x, -1),
          8 * M16),
+        ("W15", lambda f: lambda: f(x15),
+         lambda x: torch.topk(x, 50, -1, True, True).indices, 4 * 64 * 32000),
     ]
     for wid, bind, fn, nbytes in work:
         rows = [("eager", bind(fn))]
