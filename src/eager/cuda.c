@@ -746,7 +746,7 @@ static int run_built(const char *fn, kir_kernel *k, tc_tensor *const *ts)
   int64_t dims[(TC_MAX_DIMS + 1) * (KIR_MAX_BUFS + 1)];
   kir_dyn_fill(k, dims);
   int rc = 0;
-  if (kir_units(k) > 0 && k->row_len > 0) {
+  if (kir_units(k) > 0 && (k->kind == KIR_MAP || k->row_len > 0)) {
     jcuda_function f = eager_cuda_kernel(fn, k);
     rc = f ? eager_cuda_launch(fn, f, k, bufs, (double[]){ 0 }, dims) : -1;
   }
@@ -1156,90 +1156,87 @@ done:;
 ** The CPU (index.c) draws index i for uniform x from weights w (in f64) as
 ** the first i whose running sum exceeds u = x * total; a u that rounds up
 ** to the total takes the last positive weight. Here the running sums are
-** cumsum's sequential kernel (the CPU's sums bit for bit); as they never
-** decrease, the first i above u is the count of sums at or below u, one
-** ROWS kernel over the draws. The uniforms are eager_uniform's, made on the
-** host (a row's n values) and copied over. Without replacement the draws
-** go one at a time, each zeroing the weight it drew for the later ones. */
+** cumsum's kernel (the CPU's sums bit for bit, in the scan order); as they
+** never decrease, the first i above u is the count of sums at or below u.
+** One ROWS kernel over the draws counts them, finds the last positive
+** weight and picks between the two (draw_kernel). The uniforms are
+** eager_uniform's, made on the host (a row's n values) and copied over.
+** Without replacement the draws go one at a time, each zeroing the weight
+** it drew for the later ones: three launches a draw. */
 
-/* A 0-d device tensor of dtype dt holding v. */
-static tc_tensor *cuda_scalar(const char *fn, tc_dtype dt, double v)
+/* The draws into out (i64 (R, k), any strides) from weights w (f64 (R, m)),
+** their running sums cum (f64 (R, m)) and uniforms x (f64 (R, k)); pos:
+** i64 (1, m), the positions along a row. Per draw u = x * total: the count
+** of sums at or below u when u < total, else the last positive weight. */
+static int draw_kernel(const char *fn, tc_tensor *w, tc_tensor *cum,
+                       tc_tensor *x, tc_tensor *pos, tc_tensor *out)
 {
-  tc_tensor *h = tensor_new(dt, 0, NULL);
-  if (h)
-    eager_convert(dt, tensor_ptr(h), 1, TC_F64, &v, 1, 1);
-  tc_tensor *d = h ? eager_cuda_from_host(fn, h) : NULL;
-  tensor_unref(h);
-  return d;
-}
-
-/* i64 (R, k): for each u[r][j], how many of the row's cum[r][0..m) are at
-** or below it. */
-static tc_tensor *cuda_count_le(const char *fn, tc_tensor *cum, tc_tensor *u)
-{
-  tc_tensor *cnt = tensor_new_on(TC_DEV_CUDA, TC_I64, 2, u->shape);
-  kir_kernel *k = cnt ? kir_new() : NULL;
-  if (!k) {
-    if (cnt)
-      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
-    return tensor_unref(cnt), NULL;
+  int64_t m = cum->shape[1];
+  kir_kernel *k = kir_new();
+  tc_tensor *total = tensor_new_view(cum, 2, (int64_t[]){ cum->shape[0], 1 },
+                                     cum->stride,
+                                     cum->offset + (m - 1) * cum->stride[1]);
+  if (!k || !total) {
+    kir_free(k);
+    tensor_unref(total);
+    return tc_seterr(TC_E_NOMEM, "%s: out of memory", fn), -1;
   }
   k->kind = KIR_ROWS;
   k->dynamic = true;
   k->ndim = 2;
-  k->size[0] = u->shape[0];
-  k->size[1] = u->shape[1];
-  k->row_len = cum->shape[1];
-  k->nbufs = 3;   /* the sums (along the row), the u, the counts */
+  k->size[0] = out->shape[0];
+  k->size[1] = out->shape[1];
+  k->row_len = m;
+  k->nbufs = 6;   /* along the row: sums, weights, positions; per draw:
+                     its uniform, the row's total; the draws */
   k->buf[0] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
                          .stride = { cum->stride[0], 0, cum->stride[1] } };
   k->buf[1] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
-                         .stride = { u->stride[0], u->stride[1], 0 } };
-  k->buf[2] = (kir_buf){ .role = KIR_OUT, .dtype = TC_I64,
-                         .stride = { cnt->stride[0], cnt->stride[1], 0 } };
-  int le = kir_emit(k, KOP_LE, TC_BOOL, kir_load(k, 0), kir_load(k, 1), -1);
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1,
-                                      kir_cast(k, TC_I64, le), -1 };
-  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, KIR_RED_SUM, 2,
-                                      kir_rowvar(k, 0), -1 };
-  if (run_built(fn, k, (tc_tensor *[]){ cum, u, cnt }) < 0)
-    return tensor_unref(cnt), NULL;
-  return cnt;
+                         .stride = { w->stride[0], 0, w->stride[1] } };
+  k->buf[2] = (kir_buf){ .role = KIR_IN, .dtype = TC_I64,
+                         .stride = { 0, 0, pos->stride[1] } };
+  k->buf[3] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
+                         .stride = { x->stride[0], x->stride[1], 0 } };
+  k->buf[4] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
+                         .stride = { total->stride[0], 0, 0 } };
+  k->buf[5] = (kir_buf){ .role = KIR_OUT, .dtype = TC_I64,
+                         .stride = { out->stride[0], out->stride[1], 0 } };
+  int s = kir_load(k, 0), t = kir_load(k, 4);
+  int u = kir_emit(k, KOP_MUL, TC_F64, kir_load(k, 3), t, -1);
+  int le = kir_cast(k, TC_I64, kir_emit(k, KOP_LE, TC_BOOL, s, u, -1));
+  int pos_w = kir_emit(k, KOP_GT, TC_BOOL, kir_load(k, 1),
+                       kir_const(k, TC_F64, 0), -1);
+  int at = kir_emit(k, KOP_SEL, TC_I64, pos_w, kir_load(k, 2),
+                    kir_const(k, TC_I64, 0));
+  int below = kir_cast(k, TC_I64, kir_emit(k, KOP_LT, TC_BOOL, u, t, -1));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_SUM, -1, le,
+                                      -1 };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_MAX, -1, at,
+                                      -1 };
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_REDUCE, KIR_RED_MAX, -1,
+                                      below, -1 };
+  int pick = kir_emit(k, KOP_SEL, TC_I64,
+                      kir_cast(k, TC_BOOL, kir_rowvar(k, 2)),
+                      kir_rowvar(k, 0), kir_rowvar(k, 1));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE_ROW, KIR_RED_SUM, 5,
+                                      pick, -1 };
+  int rc = run_built(fn, k, (tc_tensor *[]){ cum, w, pos, x, total, out });
+  tensor_unref(total);
+  return rc;
 }
 
-/* What every draw of a call shares: positions 0..m along a row (1, m),
-** and the zeros of i64 and f64. */
-typedef struct {
-  const char *fn;
-  tc_tensor *pos, *zero_i, *zero_f;
-} draw_ctx;
-
-/* i64 (R, k): the draws from weights w (f64 (R, m)) for uniforms x (f64
-** (R, k)). */
-static tc_tensor *cuda_draws(const draw_ctx *dc, tc_tensor *w, tc_tensor *x)
+/* Draws into out (i64 (R, k)) from weights w (f64 (R, m)) for uniforms x
+** (f64 (R, k)): their running sums, then the draw kernel. */
+static int cuda_draws(const char *fn, tc_tensor *w, tc_tensor *x,
+                      tc_tensor *pos, tc_tensor *out)
 {
-  const char *fn = dc->fn;
-  int64_t rows = w->shape[0], m = w->shape[1];
   eager_call cc = { .op = TC_OP_CUMSUM, .fn = fn, .nin = 1, .in = { w },
                     .dim = 1, .dtype = TC_F64, .cdtype = TC_F64, .ndim = 2,
-                    .shape = { rows, m } };
-  tc_tensor *cum = NULL, *total = NULL, *u = NULL, *cnt = NULL, *pos = NULL,
-            *at = NULL, *last = NULL, *below = NULL, *r = NULL;
-  if ((cum = cuda_cumsum(&cc)) &&
-      (total = tensor_new_view(cum, 2, (int64_t[]){ rows, 1 }, cum->stride,
-                               cum->offset + (m - 1) * cum->stride[1])) &&
-      (u = cuda_pointwise(fn, TC_OP_MUL, 2, (tc_tensor *[]){ x, total })) &&
-      (cnt = cuda_count_le(fn, cum, u)) &&
-      (pos = cuda_pointwise(fn, TC_OP_GT, 2,
-                            (tc_tensor *[]){ w, dc->zero_f })) &&
-      (at = cuda_pointwise(fn, TC_OP_WHERE, 3,
-                           (tc_tensor *[]){ pos, dc->pos, dc->zero_i })) &&
-      (last = cuda_reduce(fn, TC_OP_MAX, at, 1, true)) &&
-      (below = cuda_pointwise(fn, TC_OP_LT, 2, (tc_tensor *[]){ u, total })))
-    r = cuda_pointwise(fn, TC_OP_WHERE, 3, (tc_tensor *[]){ below, cnt, last });
-  tc_tensor *temps[] = { cum, total, u, cnt, pos, at, last, below };
-  UNREF_ALL(temps);
-  return r;
+                    .shape = { w->shape[0], w->shape[1] } };
+  tc_tensor *cum = cuda_cumsum(&cc);
+  int rc = cum ? draw_kernel(fn, w, cum, x, pos, out) : -1;
+  tensor_unref(cum);
+  return rc;
 }
 
 /* f64 (rows, n) on the device: draw j of row r has uniform
@@ -1258,10 +1255,45 @@ static tc_tensor *cuda_uniforms(const char *fn, uint64_t seed, int64_t rows,
   return d;
 }
 
-/* Without replacement: draw j of every row, then its weight zeroed. w is
-** consumed. */
-static int draw_one_at_a_time(const draw_ctx *dc, tc_tensor *w, tc_tensor *x,
-                              tc_tensor *out)
+/* w (f64 (R, m)) with each row's drawn weight zeroed: a new tensor,
+** where(pos == drawn, 0, w) in one MAP kernel (drawn: i64 (R, 1)). */
+static tc_tensor *zero_drawn(const char *fn, tc_tensor *w, tc_tensor *pos,
+                             tc_tensor *drawn)
+{
+  tc_tensor *left = tensor_new_on(TC_DEV_CUDA, TC_F64, 2, w->shape);
+  kir_kernel *k = left ? kir_new() : NULL;
+  if (!k) {
+    if (left)
+      tc_seterr(TC_E_NOMEM, "%s: out of memory", fn);
+    return tensor_unref(left), NULL;
+  }
+  k->kind = KIR_MAP;
+  k->dynamic = true;
+  k->ndim = 2;
+  k->size[0] = w->shape[0];
+  k->size[1] = w->shape[1];
+  k->nbufs = 4;
+  k->buf[0] = (kir_buf){ .role = KIR_IN, .dtype = TC_F64,
+                         .stride = { w->stride[0], w->stride[1] } };
+  k->buf[1] = (kir_buf){ .role = KIR_IN, .dtype = TC_I64,
+                         .stride = { 0, pos->stride[1] } };
+  k->buf[2] = (kir_buf){ .role = KIR_IN, .dtype = TC_I64,
+                         .stride = { drawn->stride[0], 0 } };
+  k->buf[3] = (kir_buf){ .role = KIR_OUT, .dtype = TC_F64,
+                         .stride = { left->stride[0], left->stride[1] } };
+  int hit = kir_emit(k, KOP_EQ, TC_BOOL, kir_load(k, 1), kir_load(k, 2), -1);
+  int v = kir_emit(k, KOP_SEL, TC_F64, hit, kir_const(k, TC_F64, 0),
+                   kir_load(k, 0));
+  k->pass[k->npasses++] = (kir_pass){ KIR_PASS_STORE, KIR_RED_SUM, 3, v, -1 };
+  if (run_built(fn, k, (tc_tensor *[]){ w, pos, drawn, left }) < 0)
+    return tensor_unref(left), NULL;
+  return left;
+}
+
+/* Without replacement: draw j of every row, then the weight it drew
+** zeroed for the later draws. w is consumed. */
+static int draw_one_at_a_time(const char *fn, tc_tensor *w, tc_tensor *x,
+                              tc_tensor *pos, tc_tensor *out)
 {
   int64_t rows = w->shape[0], n = x->shape[1];
   int rc = 0;
@@ -1270,19 +1302,15 @@ static int draw_one_at_a_time(const draw_ctx *dc, tc_tensor *w, tc_tensor *x,
                                     x->offset + j);
     tc_tensor *slot = tensor_new_view(out, 2, (int64_t[]){ rows, 1 },
                                       out->stride, out->offset + j);
-    tc_tensor *got = xj && slot ? cuda_draws(dc, w, xj) : NULL;
-    tc_tensor *hit = got ? cuda_pointwise(dc->fn, TC_OP_EQ, 2,
-                                          (tc_tensor *[]){ dc->pos, got })
-                         : NULL;
-    tc_tensor *left = hit ? cuda_pointwise(dc->fn, TC_OP_WHERE, 3,
-                                           (tc_tensor *[]){ hit, dc->zero_f,
-                                                            w })
-                          : NULL;
-    rc = left && eager_cuda_copy_into(slot, got) == 0 ? 0 : -1;
+    rc = xj && slot ? cuda_draws(fn, w, xj, pos, slot) : -1;
+    tc_tensor *left = rc == 0 && j + 1 < n ? zero_drawn(fn, w, pos, slot)
+                                           : NULL;
+    if (j + 1 < n && !left)
+      rc = -1;
     tensor_unref(w);
-    w = left ? tensor_ref(left) : NULL;
-    tc_tensor *temps[] = { xj, slot, got, hit, left };
-    UNREF_ALL(temps);
+    w = left;
+    tensor_unref(xj);
+    tensor_unref(slot);
   }
   tensor_unref(w);
   return rc;
@@ -1295,27 +1323,22 @@ static tc_tensor *cuda_multinomial(const eager_call *c)
   int64_t m = p->shape[p->ndim - 1], n = c->shape[c->ndim - 1];
   int64_t rows = p->ndim == 2 ? p->shape[0] : 1;
   uint64_t seed = (uint64_t)c->s[0] << 32 | (uint64_t)c->s[1];
-  draw_ctx dc = { fn, cuda_positions(fn, 2, (int64_t[]){ 1, m }, 1, m),
-                  cuda_positions(fn, 0, NULL, -1, 0),
-                  cuda_scalar(fn, TC_F64, 0) };
-  tc_tensor *w0 = dc.pos && dc.zero_i && dc.zero_f
-                  ? cuda_copy_as(c, p, TC_F64) : NULL;
+  tc_tensor *pos = cuda_positions(fn, 2, (int64_t[]){ 1, m }, 1, m);
+  tc_tensor *w0 = pos ? cuda_copy_as(c, p, TC_F64) : NULL;
   tc_tensor *w = w0 ? tensor_new_view(w0, 2, (int64_t[]){ rows, m },
                                       (int64_t[]){ m, 1 }, w0->offset)
                     : NULL;
   tc_tensor *x = w ? cuda_uniforms(fn, seed, rows, n) : NULL;
-  tc_tensor *out = NULL;
-  if (x && c->keepdim) {   /* with replacement: every draw at once */
-    out = cuda_draws(&dc, w, x);
-  } else if (x) {
-    out = tensor_new_on(TC_DEV_CUDA, TC_I64, 2, (int64_t[]){ rows, n });
-    if (out && draw_one_at_a_time(&dc, tensor_ref(w), x, out) < 0)
-      out = (tensor_unref(out), NULL);
-  }
+  tc_tensor *out = x ? tensor_new_on(TC_DEV_CUDA, TC_I64, 2,
+                                     (int64_t[]){ rows, n }) : NULL;
+  if (out && (c->keepdim   /* with replacement: every draw at once */
+              ? cuda_draws(fn, w, x, pos, out)
+              : draw_one_at_a_time(fn, tensor_ref(w), x, pos, out)) < 0)
+    out = (tensor_unref(out), NULL);
   tc_tensor *r = out ? tensor_new_view(out, c->ndim, c->shape,
                                        out->stride + 2 - c->ndim,
                                        out->offset) : NULL;
-  tc_tensor *temps[] = { dc.pos, dc.zero_i, dc.zero_f, w0, w, x, out };
+  tc_tensor *temps[] = { pos, w0, w, x, out };
   UNREF_ALL(temps);
   return r;
 }
