@@ -3,8 +3,10 @@
 ** W3 (layer_norm) and W7 (an Adam step in place) on device tensors, with
 ** W1p and W2p (the same GELU and softmax written from primitive ops, as
 ** users write them), W14b (cumsum along rows: the canonical scan order,
-** a block per row) and W15 (topk of 50 over 64 rows of 32000: chunked
-** ranks), each eager and compiled (tc_compile_set), beside the
+** a block per row), W15 (topk of 50 over 64 rows of 32000: chunked
+** ranks) and W16 (an embedding's gradient: scatter_add of 8192 tokens'
+** rows of 768 into a 50257-row table, in the CPU's order), each eager and
+** compiled (tc_compile_set), beside the
 ** device's copy bandwidth measured by tc's own copy kernel (tc_copy_ of
 ** 64 MiB), the eager launch overhead per op, and NVRTC's compile time per
 ** kernel. In each mode a workload's result is first checked against the
@@ -65,6 +67,7 @@ static int cmp_double(const void *a, const void *b)
 
 typedef struct {
   int64_t n, rows, cols;  /* sizes after --scale */
+  int64_t vocab;          /* W16's table rows */
   tc_tensor *t[4];
   long step;
 } work;
@@ -109,6 +112,33 @@ static tc_tensor *w15(work *w)
     die("W15 topk");
   return idx;
 }
+/* W16: the gradient of an embedding lookup, as autograd makes it
+** (derivatives.c: take_grad): each token's row of g (rows x cols) added
+** into its row of a zero table (vocab x cols), the tokens expanded along
+** the rows (on the device: a thread per column, tokens in order). Its
+** traffic: g, the index and the table's rows it adds into, read and
+** written (20 bytes an element; the table's first copy not counted). */
+static tc_tensor *w16(work *w)
+{
+  return tc_scatter_add(w->t[2], 0, w->t[1], w->t[0]);
+}
+
+/* W16's inputs: g, the expanded tokens (uniform in [0, vocab)), zeros. */
+static void w16_inputs(work *w, uint64_t seed)
+{
+  size_t mark = tc_scope_begin();
+  int64_t shape[2] = { w->rows, w->cols };
+  w->t[0] = tc_keep(ck(tc_randn(TC_F32, 2, shape, seed), "randn"));
+  tc_tensor *u = ck(tc_rand(TC_F32, TC_SHAPE(w->rows, 1), seed + 1),
+                    "rand");
+  tc_tensor *tok = ck(tc_cast(tc_mul_scalar(u, (double)(w->vocab - 1)),
+                              TC_I64), "tokens");
+  w->t[1] = tc_keep(ck(tc_contiguous(tc_expand(tok, 2, shape)), "expand"));
+  w->t[2] = tc_keep(ck(tc_zeros(TC_F32, TC_SHAPE(w->vocab, w->cols)),
+                       "zeros"));
+  tc_scope_end(mark);
+}
+
 static tc_tensor *w3(work *w)
 {
   return tc_layer_norm(w->t[0], w->t[1], w->t[2], 1e-5);
@@ -155,10 +185,15 @@ static const workload workloads[] = {   /* issue 13's four first */
   { "W2p", "softmax 4096x4096 from primitives", w2p, 1, true, 8 },
   { "W14b", "cumsum 4096x4096 f32 dim -1", w14b, 1, true, 8 },
   { "W15", "topk 50 of 64x32000 f32 dim -1", w15, 1, true, 4 },
+  { "W16", "scatter_add 8192x768 to 50257x768", w16, 3, true, 20 },
 };
 
 static void make_inputs(const workload *wl, work *w, uint64_t seed)
 {
+  if (!strcmp(wl->id, "W16")) {
+    w16_inputs(w, seed);
+    return;
+  }
   int64_t shape[2] = { w->rows, w->cols };
   for (int i = 0; i < wl->ninputs; i++) {
     if (wl->rows && i > 0)   /* layer_norm's gamma and beta */
@@ -396,9 +431,15 @@ int main(int argc, char **argv)
       if (only && !listed(only, wl->id))
         continue;
       bool ln = !strcmp(wl->id, "W3"), tk = !strcmp(wl->id, "W15");
+      bool sa = !strcmp(wl->id, "W16");
       work size = { .n = m16 / scale,
-                    .rows = (ln ? 8192 : tk ? 64 : 4096) / scale,
-                    .cols = ln ? 1024 : tk ? 32000 : 4096 };
+                    .rows = (ln || sa ? 8192 : tk ? 64 : 4096) / scale,
+                    .cols = ln ? 1024 : tk ? 32000 : sa ? 768 : 4096,
+                    .vocab = 50257 / scale };
+      if (sa && size.rows < 40)   /* batches of 16 and a tail */
+        size.rows = 40;
+      if (size.vocab < 16)
+        size.vocab = 16;
       if (tk && scale > 1)   /* rows long enough to be cut into chunks */
         size.cols = 32000 / scale > 1024 ? 32000 / scale : 1024;
       if (size.rows < 1)

@@ -12,7 +12,9 @@
 #      3b. the same in compile mode (regions through NVRTC); 3c. random
 #      programs compiled on the device, bitwise against the CPU's eager
 #   4. tc-gpu-bench: W1, W2, W3, W7 (and W1p, W2p: the same from primitive
-#      ops; W14b: a cumsum along rows, the parallel scan; W15: topk 50 of 64x32000, chunked ranks), eager and compiled, on the device against tc's own device
+#      ops; W14b: a cumsum along rows, the parallel scan; W15: topk 50 of
+#      64x32000, chunked ranks; W16: scatter_add of an embedding's
+#      gradient), eager and compiled, on the device against tc's own device
 #      copy, launch overhead per eager op, NVRTC compile time per kernel;
 #      then the same in PyTorch eager and torch.compile (bench/gpu-peers.py)
 #   4b. a stories15M-shaped Llama (random weights) decoding 64 tokens on

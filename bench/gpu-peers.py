@@ -94,6 +94,10 @@ def main():
     x2 = torch.randn(4096, 4096, device=dev)
     x3 = torch.randn(8192, 1024, device=dev)
     x15 = torch.randn(64, 32000, device=dev)
+    g16 = torch.randn(8192, 768, device=dev)
+    i16 = torch.randint(0, 50257, (8192, 1), device=dev).expand(8192, 768)
+    i16 = i16.contiguous()
+    z16 = torch.zeros(50257, 768, device=dev)
     g3, b3 = torch.randn(1024, device=dev), torch.randn(1024, device=dev)
     p, g, m = (torch.randn(M16, device=dev) for _ in range(3))
     v = torch.rand(M16, device=dev)
@@ -124,6 +128,8 @@ def main():
          8 * M16),
         ("W15", lambda f: lambda: f(x15),
          lambda x: torch.topk(x, 50, -1, True, True).indices, 4 * 64 * 32000),
+        ("W16", lambda f: lambda: f(z16, i16, g16),
+         lambda z, i, g: z.scatter_add(0, i, g), 20 * 8192 * 768),
     ]
     for wid, bind, fn, nbytes in work:
         rows = [("eager", bind(fn))]

@@ -25,9 +25,10 @@
 **         STORE   positions strided by blockDim; STORE_ROW thread 0.
 **   sequential ROWS (SCAN, SCATTER passes) for row r in [lo, hi), a thread
 **         per row (grid-stride as MAP); each pass a loop over the row's
-**         positions from 0, as the CPU's loop; a kernel of SCAN passes
-**         alone, with long rows and few, a block per row instead (the
-**         segments of tensor.h's scan order in parallel).
+**         positions from 0, as the CPU's loop (a scatter's loads batched
+**         ahead of its folds); a kernel of SCAN passes alone, with long
+**         rows and few, a block per row instead (the segments of
+**         tensor.h's scan order in parallel).
 ** No result depends on the grid or block size: the order of every
 ** combine is fixed by the chunk and lane structure alone.
 */
@@ -1007,30 +1008,93 @@ static void emit_scan_block(rd *r, int p)
 }
 
 /* A SCATTER pass: each position's value folded into the element its index
-** picks along the buffer's gathered axis (clamped as GATHER clamps). */
+** picks along the buffer's gathered axis (clamped as GATHER clamps), the
+** positions in order. Each fold reads what the one before stored, so a
+** position at a time would wait on two loads in turn (its index, then the
+** element); instead SCATTER_BATCH positions' indices, values and elements
+** are loaded together, folded in order in registers (a position whose
+** element an earlier one of the batch folded into takes that fold's
+** result: the element as the loop would read it) and stored in order, the
+** last store to an element being its last fold. The same folds in the
+** same order; the row's last positions go one by one. */
+#define SCATTER_BATCH 16
+
+/* `const T *at = ...`: the element position pos folds into. */
+static void emit_scatter_place(rd *r, const kir_pass *ps, const char *indent)
+{
+  const kir_buf *bf = &r->k->buf[ps->out];
+  int64_t top = bf->gsize > 0 ? bf->gsize - 1 : 0;
+  emit_values(r, (const int[]){ ps->index, ps->value }, 2, indent);
+  fprintf(r->f, "%sconst int64_t j = v%d < 0 ? (int64_t)0 : v%d > %" PRId64
+          " ? (int64_t)%" PRId64 " : v%d;\n", indent, ps->index, ps->index,
+          top, top, ps->index);
+  fprintf(r->f, "%s%s *const at = &(&", indent, ctype[bf->dtype]);
+  load_at(r, ps->out);
+  fprintf(r->f, ")[j * %" PRId64 "];\n", bf->gstride);
+}
+
+/* Does value v read buffer b (a LOAD or GATHER of it)? */
+static bool value_reads(const kir_kernel *k, int v, int b)
+{
+  uint8_t mark[KIR_MAX_INSTRS] = { 0 };
+  closure(k, v, mark);
+  for (int i = 0; i <= v; i++)
+    if (mark[i] && (k->ins[i].op == KOP_LOAD || k->ins[i].op == KOP_GATHER) &&
+        k->ins[i].ref == b)
+      return true;
+  return false;
+}
+
+/* Positions [sat, ...) in batches while a whole one fits: sat advanced. */
+static void emit_scatter_batches(rd *r, const kir_pass *ps)
+{
+  FILE *f = r->f;
+  int dt = r->k->buf[ps->out].dtype, B = SCATTER_BATCH;
+  const char *T = ctype[dt];
+  fprintf(f, "      for (; sat + %d <= rowlen; sat += %d) {\n"
+          "        %s *pb[%d];\n        %s vb[%d], ob[%d];\n"
+          "        TCK_UNROLL\n"
+          "        for (int u = 0; u < %d; u++) {\n"
+          "          const int64_t pos = sat + u;\n", B, B, T, B, T, B, B, B);
+  emit_scatter_place(r, ps, "          ");
+  fprintf(f, "          pb[u] = at;\n          vb[u] = v%d;\n        }\n"
+          "        TCK_UNROLL\n"
+          "        for (int u = 0; u < %d; u++)\n          ob[u] = *pb[u];\n"
+          "        TCK_UNROLL\n"
+          "        for (int u = 0; u < %d; u++) {\n"
+          "          %s cur = ob[u];\n"
+          "          TCK_UNROLL\n"
+          "          for (int w = 0; w < u; w++)\n"
+          "            cur = pb[w] == pb[u] ? ob[w] : cur;\n"
+          "          ob[u] = ", ps->value, B, B, T);
+  combine(r, ps->red, dt, "cur", "vb[u]");
+  fprintf(f, ";\n        }\n"
+          "        TCK_UNROLL\n"
+          "        for (int u = 0; u < %d; u++)\n          *pb[u] = ob[u];\n"
+          "      }\n", B);
+}
+
 static void emit_scatter(rd *r, int p)
 {
   const kir_pass *ps = &r->k->pass[p];
-  const kir_buf *bf = &r->k->buf[ps->out];
   FILE *f = r->f;
-  int dt = bf->dtype;
-  int64_t top = bf->gsize > 0 ? bf->gsize - 1 : 0;
+  int dt = r->k->buf[ps->out].dtype;
   char v[24];
   if (!kir_seq_dtype(dt) || r->k->ins[ps->value].dtype != dt ||
       r->k->ins[ps->index].dtype != TC_I64)
     fail(r, "pass%d: a scatter into %s of another dtype or index", p, dt);
   snprintf(v, sizeof v, "v%d", ps->value);
-  fputs("    for (int64_t pos = 0; pos < rowlen; pos++) {\n", f);
   r->where = "pos";
-  emit_values(r, (const int[]){ ps->index, ps->value }, 2, "      ");
-  fprintf(f, "      const int64_t j = v%d < 0 ? (int64_t)0 : v%d > %" PRId64
-          " ? (int64_t)%" PRId64 " : v%d;\n", ps->index, ps->index, top, top,
-          ps->index);
-  fprintf(f, "      %s *const at = &(&", ctype[dt]);
-  load_at(r, ps->out);
-  fprintf(f, ")[j * %" PRId64 "];\n      *at = ", bf->gstride);
+  fputs("    {\n      int64_t sat = 0;\n", f);
+  /* (a value reading the buffer it folds into goes one by one) */
+  if (!value_reads(r->k, ps->value, ps->out) &&
+      !value_reads(r->k, ps->index, ps->out))
+    emit_scatter_batches(r, ps);
+  fputs("      for (int64_t pos = sat; pos < rowlen; pos++) {\n", f);
+  emit_scatter_place(r, ps, "        ");
+  fputs("        *at = ", f);
   combine(r, ps->red, dt, "*at", v);
-  fputs(";\n    }\n", f);
+  fputs(";\n      }\n    }\n", f);
 }
 
 bool jcuda_scan_parallel(const kir_kernel *k)

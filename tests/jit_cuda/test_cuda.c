@@ -777,6 +777,103 @@ static void test_sequential_passes(void **state)
     check_sequential(lens[i]);
 }
 
+/* -- Scatter batches: loads ahead, folds in order --------------------------- */
+
+typedef struct {
+  int64_t rows, len, places;
+  const float *x;
+  const int64_t *idx;
+  float *out;          /* rows x places */
+  bool self;           /* the value is x + the row's place 0 (read back) */
+} sbatch_case;
+
+static void sbatch_fill(void *ctx)
+{
+  sbatch_case *c = ctx;
+  for (int64_t i = 0; i < c->rows * c->places; i++)
+    c->out[i] = (float)i * 0.5f;
+}
+
+/* The loop a scatter stands for, in float, position by position. */
+static void sbatch_check(void *ctx)
+{
+  sbatch_case *c = ctx;
+  float *want = malloc(sizeof *want * (size_t)c->places);
+  assert_non_null(want);
+  for (int64_t r = 0; r < c->rows; r++) {
+    for (int64_t p = 0; p < c->places; p++)
+      want[p] = (float)(r * c->places + p) * 0.5f;
+    for (int64_t j = 0; j < c->len; j++) {
+      float v = c->x[r * c->len + j] + (c->self ? want[0] : 0.0f);
+      want[c->idx[r * c->len + j]] += v;
+    }
+    for (int64_t p = 0; p < c->places; p++)
+      if (!same_bits_f32(c->out[r * c->places + p], want[p]))
+        fail_msg("scatter (%lld places, len %lld%s) row %lld place %lld: "
+                 "%a, want %a", (long long)c->places, (long long)c->len,
+                 c->self ? ", self" : "", (long long)r, (long long)p,
+                 (double)c->out[r * c->places + p], (double)want[p]);
+  }
+  free(want);
+}
+
+/* f32 folds, where every order but the loop's rounds otherwise: rows
+** whose places repeat inside a batch of 16 (one place, three, runs of the
+** same place) and across batches, rows shorter than a batch and with a
+** tail; and a value that reads the element it folds into, which must go
+** one position at a time. Static and dynamic. */
+static void test_scatter_batches(void **state)
+{
+  (void)state;
+  static const int64_t lens[] = { 5, 16, 33, 1000 };
+  static const int64_t places[] = { 1, 3, 40 };
+  for (int self = 0; self < 2; self++)
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+      for (size_t pi = 0; pi < sizeof places / sizeof *places; pi++)
+        for (int dyn = 0; dyn < 2; dyn++) {
+          sbatch_case c = { .rows = 3, .len = lens[li],
+                            .places = places[pi], .self = self };
+          size_t n = (size_t)(c.rows * c.len);
+          float *x = malloc(n * sizeof *x);
+          int64_t *idx = malloc(n * sizeof *idx);
+          c.out = malloc(sizeof *c.out * (size_t)(c.rows * c.places));
+          assert_true(x && idx && c.out);
+          for (size_t i = 0; i < n; i++) {
+            x[i] = i % 7 ? (float)((i * 7919) % 1000) * 1e-3f : 4e6f;
+            idx[i] = (int64_t)((i / 3 + i * i) % (size_t)c.places);
+          }
+          c.x = x;
+          c.idx = idx;
+          kir_kernel *k = new_kernel(KIR_ROWS, 1);
+          k->dynamic = dyn;
+          k->size[0] = c.rows;
+          k->row_len = c.len;
+          int bx = add_buf(k, KIR_IN, TC_F32, (int64_t[]){ c.len, 1 });
+          int bi = add_buf(k, KIR_IN, TC_I64, (int64_t[]){ c.len, 1 });
+          int bo = add_buf(k, KIR_OUT, TC_F32, (int64_t[]){ c.places, 0 });
+          k->buf[bo].gather = true;
+          k->buf[bo].gstride = 1;
+          k->buf[bo].gsize = c.places;
+          int v = kir_load(k, bx);
+          if (self)
+            v = kir_emit(k, KOP_ADD, TC_F32, v, kir_load(k, bo), -1);
+          k->pass[k->npasses++] = (kir_pass){ KIR_PASS_SCATTER, KIR_RED_SUM,
+                                              (int16_t)bo, v,
+                                              kir_load(k, bi) };
+          int64_t dims[(TC_MAX_DIMS + 1) * (KIR_MAX_BUFS + 1)];
+          kir_dyn_fill(k, dims);
+          char *bufs[] = { (char *)x, (char *)idx, (char *)c.out };
+          run_all(k, bufs, NULL, dyn ? dims : NULL, sbatch_fill,
+                  sbatch_check, &c);
+          if (li == 2 && pi == 1)
+            nvrtc_accepts(k);
+          free(k);
+          free(x);
+          free(idx);
+          free(c.out);
+        }
+}
+
 /* -- The parallel scan: a block per row, segments side by side ------------- */
 
 typedef struct {
@@ -1108,6 +1205,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_rows_follow_the_canonical_order),
     cmocka_unit_test(test_rows_strided),
     cmocka_unit_test(test_sequential_passes),
+    cmocka_unit_test(test_scatter_batches),
     cmocka_unit_test(test_parallel_scan),
     cmocka_unit_test(test_split_reductions_equal_eager),
     cmocka_unit_test(test_split_many_rows),
