@@ -117,6 +117,14 @@ void jcuda_alloc_release_cache(void);
 ** size. */
 #define JCUDA_ENTRY "tck_main"
 #define JCUDA_MAX_THREADS 1024
+/* The most threads a launch puts in a block. A module's one entry serves
+** every form and phase of its kernel, with no launch bounds, so NVRTC may
+** give it up to 255 registers a thread; 256 such threads still fit a
+** multiprocessor's 64K registers, where 1024 fit only at 64 a thread (and
+** the launch would fail, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, for a kernel
+** whose math needs more). The rendered code works for any block size up
+** to JCUDA_MAX_THREADS (the tests run it so); launches use at most this. */
+#define JCUDA_LAUNCH_THREADS 256
 
 /* The launch ABI. Under NVRTC tck_main is a device function; the kernel
 ** launched is
@@ -173,8 +181,9 @@ void jcuda_params_split(const kir_kernel *k, void *params, jcuda_ptr scratch,
 ** spans at least 2 chunks and it
 ** has fewer than 2 rows per multiprocessor: then split (phase 1 with 256
 ** threads, fewer down to 32 until there are 2 rounds per multiprocessor,
-** up to 8 blocks per multiprocessor; phase 2 a block per row of 32 to 1024
-** threads sized to the chunk count). */
+** up to 8 blocks per multiprocessor; phase 2 a block per row of 32 to 256
+** threads sized to the chunk count). No launch asks for more than
+** JCUDA_LAUNCH_THREADS threads a block. */
 typedef struct {
   unsigned grid, block;       /* the launch, or phase 1 */
   bool split;

@@ -32,7 +32,7 @@ void jcuda_launch_config(const kir_kernel *k, int sm_count,
       units <= JCUDA_SCAN_BLOCK_ROWS) {   /* a block per row */
     int64_t nseg = (k->row_len + TENSOR_SCAN_SEG - 1) / TENSOR_SCAN_SEG;
     unsigned b = 32;
-    while (b < 256 && (int64_t)b < nseg)
+    while (b < JCUDA_LAUNCH_THREADS && (int64_t)b < nseg)
       b *= 2;
     lc->block = b;
     lc->grid = clamp_grid(units, sm * 4);
@@ -41,20 +41,21 @@ void jcuda_launch_config(const kir_kernel *k, int sm_count,
   if (k->kind == KIR_MAP || kir_sequential(k)) {   /* a thread per unit */
     int per = k->kind == KIR_MAP ? jcuda_map_points_per_thread(k) : 1;
     int64_t threads = (units + per - 1) / per;
-    lc->block = 256;
-    lc->grid = clamp_grid((threads + 255) / 256, sm * 4);
+    lc->block = JCUDA_LAUNCH_THREADS;
+    lc->grid = clamp_grid((threads + JCUDA_LAUNCH_THREADS - 1) /
+                          JCUDA_LAUNCH_THREADS, sm * 4);
     return;
   }
   int64_t nch = chunks_of(k);
   if (jcuda_splittable(k) && nch >= 2 && units < 2 * sm) {
-    unsigned b = 256;
+    unsigned b = JCUDA_LAUNCH_THREADS;
     int64_t rounds = units * ((nch + b / 16 - 1) / (b / 16));
     while (b > 32 && rounds < 2 * sm) {
       b /= 2;
       rounds = units * ((nch + b / 16 - 1) / (b / 16));
     }
     unsigned b2 = 32;
-    while (b2 < JCUDA_MAX_THREADS && (int64_t)b2 < nch)
+    while (b2 < JCUDA_LAUNCH_THREADS && (int64_t)b2 < nch)
       b2 *= 2;
     lc->split = true;
     lc->block = b;
@@ -65,7 +66,7 @@ void jcuda_launch_config(const kir_kernel *k, int sm_count,
     return;
   }
   unsigned b = 16;
-  while (b < 256 && (int64_t)b < k->row_len)
+  while (b < JCUDA_LAUNCH_THREADS && (int64_t)b < k->row_len)
     b *= 2;
   lc->block = b;
   lc->grid = clamp_grid(units, sm * 4);

@@ -24,7 +24,7 @@ typedef unsigned long long cu_ptr;
 enum {
   OK = 0, ERR_INVALID_VALUE = 1, ERR_OUT_OF_MEMORY = 2,
   ERR_NOT_INITIALIZED = 3, ERR_INVALID_IMAGE = 200, ERR_NOT_FOUND = 500,
-  ERR_LAUNCH_FAILED = 719
+  ERR_LAUNCH_OUT_OF_RESOURCES = 701, ERR_LAUNCH_FAILED = 719
 };
 
 static bool initialized;
@@ -41,6 +41,9 @@ int cuGetErrorString(int rc, const char **s)
   case ERR_NOT_INITIALIZED: *s = "initialization error"; return OK;
   case ERR_INVALID_IMAGE: *s = "device kernel image is invalid"; return OK;
   case ERR_NOT_FOUND: *s = "named symbol not found"; return OK;
+  case ERR_LAUNCH_OUT_OF_RESOURCES:
+    *s = "too many resources requested for launch";
+    return OK;
   case ERR_LAUNCH_FAILED: *s = "unspecified launch failure"; return OK;
   }
   *s = NULL;
@@ -298,6 +301,13 @@ static void call_entry(void *ctx)
   a->entry(a->params);
 }
 
+/* A device refuses a block whose threads' registers do not fit a
+** multiprocessor's 64K. The fake cannot know a kernel's register count, so
+** it refuses what would not fit at NVRTC's ceiling of 255 a thread (256 as
+** a warp's registers are allocated): more than 256 threads (jit_cuda.h:
+** JCUDA_LAUNCH_THREADS). */
+#define FAKE_BLOCK_MAX (65536 / 256)
+
 int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz,
                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                    void *s, void **params, void **extra)
@@ -306,6 +316,11 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz,
   if (!f || gy != 1 || gz != 1 || by != 1 || bz != 1 || shmem || extra ||
       s != &dummy_stream || !params || !params[0])
     return ERR_INVALID_VALUE;
+  if (bx > FAKE_BLOCK_MAX) {
+    fprintf(stderr, "fake libcuda: cuLaunchKernel: a block of %u threads "
+            "may need more registers than a multiprocessor has\n", bx);
+    return ERR_LAUNCH_OUT_OF_RESOURCES;
+  }
   launch_args a = { f->entry, params[0] };
   char why[300];
   if (hr_launch(f->mod, gx, bx, call_entry, &a, why, sizeof why) < 0) {
