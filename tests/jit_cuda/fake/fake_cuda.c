@@ -23,7 +23,8 @@ typedef unsigned long long cu_ptr;
 
 enum {
   OK = 0, ERR_INVALID_VALUE = 1, ERR_OUT_OF_MEMORY = 2,
-  ERR_NOT_INITIALIZED = 3, ERR_INVALID_IMAGE = 200, ERR_NOT_FOUND = 500,
+  ERR_NOT_INITIALIZED = 3, ERR_INVALID_IMAGE = 200,
+  ERR_INVALID_CONTEXT = 201, ERR_NOT_FOUND = 500,
   ERR_LAUNCH_OUT_OF_RESOURCES = 701, ERR_LAUNCH_FAILED = 719
 };
 
@@ -40,6 +41,7 @@ int cuGetErrorString(int rc, const char **s)
   case ERR_OUT_OF_MEMORY: *s = "out of memory"; return OK;
   case ERR_NOT_INITIALIZED: *s = "initialization error"; return OK;
   case ERR_INVALID_IMAGE: *s = "device kernel image is invalid"; return OK;
+  case ERR_INVALID_CONTEXT: *s = "invalid device context"; return OK;
   case ERR_NOT_FOUND: *s = "named symbol not found"; return OK;
   case ERR_LAUNCH_OUT_OF_RESOURCES:
     *s = "too many resources requested for launch";
@@ -109,13 +111,42 @@ int cuDevicePrimaryCtxRetain(void **ctx, int d)
   return OK;
 }
 
+/* A context is current per thread, as on a device: the calls below that
+** need one fail on a thread that never made it current (tc's threads: the
+** pool's workers, the background compiler). A pthread key, not
+** _Thread_local: LeakSanitizer's exit-time scan crashed on this dlopen'd
+** library's dynamic TLS. */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void ctx_key_make(void) { pthread_key_create(&ctx_key, NULL); }
+
+static bool ctx_current(void)
+{
+  pthread_once(&ctx_once, ctx_key_make);
+  return pthread_getspecific(ctx_key) != NULL;
+}
+
 int cuCtxSetCurrent(void *ctx)
 {
-  return ctx == &dummy_ctx ? OK : ERR_INVALID_VALUE;
+  if (ctx != &dummy_ctx)
+    return ERR_INVALID_VALUE;
+  pthread_once(&ctx_once, ctx_key_make);
+  return pthread_setspecific(ctx_key, ctx) == 0 ? OK : ERR_INVALID_VALUE;
 }
+
+#define NEED_CONTEXT()                                                    \
+  do {                                                                    \
+    if (!ctx_current()) {                                                 \
+      fprintf(stderr, "fake libcuda: %s: no context is current on this " \
+              "thread\n", __func__);                                      \
+      return ERR_INVALID_CONTEXT;                                         \
+    }                                                                     \
+  } while (0)
 
 int cuStreamCreate(void **s, unsigned flags)
 {
+  NEED_CONTEXT();
   (void)flags;
   *s = &dummy_stream;
   return OK;
@@ -123,6 +154,7 @@ int cuStreamCreate(void **s, unsigned flags)
 
 int cuStreamSynchronize(void *s)
 {
+  NEED_CONTEXT();
   return s == &dummy_stream ? OK : ERR_INVALID_VALUE;
 }
 
@@ -173,6 +205,7 @@ static bool in_live(cu_ptr p, size_t n)
 
 int cuMemAlloc_v2(cu_ptr *p, size_t n)
 {
+  NEED_CONTEXT();
   const char *limit = getenv("TC_FAKE_CUDA_MEM_LIMIT");
   if (!n)
     return ERR_INVALID_VALUE;
@@ -197,6 +230,7 @@ int cuMemAlloc_v2(cu_ptr *p, size_t n)
 
 int cuMemFree_v2(cu_ptr p)
 {
+  NEED_CONTEXT();
   pthread_mutex_lock(&mem_lock);
   block **at = &live;
   while (*at && dev_addr((*at)->base) != p)
@@ -217,18 +251,21 @@ int cuMemFree_v2(cu_ptr p)
 
 int cuMemAllocHost_v2(void **p, size_t n)
 {
+  NEED_CONTEXT();
   *p = malloc(n);
   return *p ? OK : ERR_OUT_OF_MEMORY;
 }
 
 int cuMemFreeHost(void *p)
 {
+  NEED_CONTEXT();
   free(p);
   return OK;
 }
 
 int cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, void *s)
 {
+  NEED_CONTEXT();
   if (s != &dummy_stream || !in_live(dst, n))
     return ERR_INVALID_VALUE;
   memcpy(dev(dst), src, n);
@@ -237,6 +274,7 @@ int cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, void *s)
 
 int cuMemcpyDtoHAsync_v2(void *dst, cu_ptr src, size_t n, void *s)
 {
+  NEED_CONTEXT();
   if (s != &dummy_stream || !in_live(src, n))
     return ERR_INVALID_VALUE;
   memcpy(dst, dev(src), n);
@@ -245,6 +283,7 @@ int cuMemcpyDtoHAsync_v2(void *dst, cu_ptr src, size_t n, void *s)
 
 int cuMemcpyDtoDAsync_v2(cu_ptr dst, cu_ptr src, size_t n, void *s)
 {
+  NEED_CONTEXT();
   if (s != &dummy_stream || !in_live(dst, n) || !in_live(src, n))
     return ERR_INVALID_VALUE;
   memmove(dev(dst), dev(src), n);
@@ -253,6 +292,7 @@ int cuMemcpyDtoDAsync_v2(cu_ptr dst, cu_ptr src, size_t n, void *s)
 
 int cuMemsetD8Async(cu_ptr dst, unsigned char v, size_t n, void *s)
 {
+  NEED_CONTEXT();
   if (s != &dummy_stream || !in_live(dst, n))
     return ERR_INVALID_VALUE;
   memset(dev(dst), v, n);
@@ -265,6 +305,7 @@ typedef void (*entry_fn)(const void *params);
 
 int cuModuleLoadData(void **mod, const void *image)
 {
+  NEED_CONTEXT();
   size_t m = strlen(FAKE_IMAGE_MAGIC);
   if (!image || strncmp(image, FAKE_IMAGE_MAGIC, m) != 0)
     return ERR_INVALID_IMAGE;
@@ -282,6 +323,7 @@ typedef struct { hr_module *mod; entry_fn entry; } function;
 
 int cuModuleGetFunction(void **fn, void *mod, const char *name)
 {
+  NEED_CONTEXT();
   entry_fn e = (entry_fn)hr_symbol(mod, name);
   function *f = e ? malloc(sizeof *f) : NULL;   /* kept: like the module */
   if (!e)
@@ -312,6 +354,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz,
                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                    void *s, void **params, void **extra)
 {
+  NEED_CONTEXT();
   const function *f = fn;
   if (!f || gy != 1 || gz != 1 || by != 1 || bz != 1 || shmem || extra ||
       s != &dummy_stream || !params || !params[0])
