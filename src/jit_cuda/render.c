@@ -1019,7 +1019,7 @@ static void emit_scan_block(rd *r, int p)
 ** same order; the row's last positions go one by one. */
 #define SCATTER_BATCH 16
 
-/* `const T *at = ...`: the element position pos folds into. */
+/* `T *const at = ...`: the element position pos folds into. */
 static void emit_scatter_place(rd *r, const kir_pass *ps, const char *indent)
 {
   const kir_buf *bf = &r->k->buf[ps->out];
