@@ -123,7 +123,8 @@ static tc_tensor *w16(work *w)
   return tc_scatter_add(w->t[2], 0, w->t[1], w->t[0]);
 }
 
-/* W16's inputs: g, the expanded tokens (uniform in [0, vocab)), zeros. */
+/* W16's inputs: g, the expanded tokens (a uniform times vocab - 1,
+** truncated: in [0, vocab - 1)), zeros. */
 static void w16_inputs(work *w, uint64_t seed)
 {
   size_t mark = tc_scope_begin();

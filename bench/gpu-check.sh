@@ -47,9 +47,14 @@ start=$(date +%s)
 summary=$out/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-left() {   # seconds of the 8 minutes, at least 1 (timeout 0 never ends)
-  local l=$((480 - ($(date +%s) - start)))
+left() {   # seconds of the 8 minutes less 15 for the last notes, at least 1
+           # (timeout 0 never ends)
+  local l=$((465 - ($(date +%s) - start)))
   echo $((l > 0 ? l : 1))
+}
+cap() {    # a step's own limit, or what is left of the 8 minutes if less
+  local l; l=$(left)
+  echo $(($1 < l ? $1 : l))
 }
 
 note "tc gpu-check, $(date -u +%FT%TZ), logs in $out"
@@ -126,26 +131,26 @@ fi
 
 # 3. Device tensors and eager CUDA ops on this device
 export TC_ASYNC=0 TC_CACHE=0
-(cd "$build" && TC_TEST_CUDA_DEVICE=real timeout 120 \
+(cd "$build" && TC_TEST_CUDA_DEVICE=real timeout "$(cap 120)" \
    ./tests/test_cuda_device) > "$out/cuda-device.txt" 2>&1
 note "device tests: $(grep -E 'PASSED|FAILED' "$out/cuda-device.txt" | tr '\n' ' ')"
 # 3b. The same traced: regions on device tensors compiled through NVRTC
-(cd "$build" && TC_TEST_CUDA_DEVICE=real TC_COMPILE=1 TC_HOT=1 timeout 120 \
+(cd "$build" && TC_TEST_CUDA_DEVICE=real TC_COMPILE=1 TC_HOT=1 timeout "$(cap 120)" \
    ./tests/test_cuda_device) > "$out/cuda-device-traced.txt" 2>&1
 note "device tests traced: $(grep -E 'PASSED|FAILED' "$out/cuda-device-traced.txt" | tr '\n' ' ')"
 # 3c. Random programs compiled on the device against the CPU's eager runs,
 #     bit for bit (those with a matmul skipped: cuBLAS sums in its order)
 (cd "$build" && TC_TEST_CUDA_DEVICE=real TC_RANDOM_DEVICE=cuda \
    TC_RANDOM_INDEXING=1 TC_RANDOM_INSTANCES=2 TC_RANDOM_SHRINK_SECONDS=20 \
-   TC_RANDOM_SEED=6000000 TC_RANDOM_PROGRAMS=120 timeout 90 \
+   TC_RANDOM_SEED=6000000 TC_RANDOM_PROGRAMS=120 timeout "$(cap 90)" \
    ./tests/test_random) > "$out/random-device.txt" 2>&1
 note "random programs on the device: $(grep -E '^random programs|PASSED|FAILED' "$out/random-device.txt" | cut -c1-160 | tr '\n' ' ')"
 
 # 4. The device benchmark, tc then torch
-timeout 150 "$build/bench/tc-gpu-bench" > "$out/gpu-bench.txt" 2>&1
+timeout "$(cap 150)" "$build/bench/tc-gpu-bench" > "$out/gpu-bench.txt" 2>&1
 note "$(cat "$out/gpu-bench.txt")"
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  timeout 150 python3 "$root/bench/gpu-peers.py" > "$out/gpu-peers.txt" 2>&1
+  timeout "$(cap 150)" python3 "$root/bench/gpu-peers.py" > "$out/gpu-peers.txt" 2>&1
   note "$(cat "$out/gpu-peers.txt")"
 else
   note "torch with CUDA not importable: no peer figures"
@@ -155,7 +160,7 @@ fi
 if [ -x "$build/examples/llama" ] &&
    "$build/examples/llama" init stories15M "$out/stories15M.safetensors" \
      > "$out/llama.txt" 2>&1; then
-  timeout 90 "$build/examples/llama" run "$out/stories15M.safetensors" \
+  timeout "$(cap 90)" "$build/examples/llama" run "$out/stories15M.safetensors" \
     -n 64 -d cuda >> "$out/llama.txt" 2>&1
   note "llama on the device: $(grep -E 'tokens/s|identical|DIFFER|llama:' "$out/llama.txt" | tr '\n' ';')"
   rm -f "$out/stories15M.safetensors"
@@ -163,7 +168,7 @@ fi
 
 # 4c. A GPT trained on the device (embedding gradients by scatter_add)
 if [ -x "$build/examples/train_gpt" ]; then
-  timeout 60 "$build/examples/train_gpt" -n 30 -k 10 -g 40 -D cuda \
+  timeout "$(cap 60)" "$build/examples/train_gpt" -n 30 -k 10 -g 40 -D cuda \
     > "$out/train-gpt.txt" 2>&1
   note "gpt training on the device (rc $?): $(grep -E 'ms/step|bitwise|DIFFER|speedup|train_gpt:' "$out/train-gpt.txt" | tr '\n' ';')"
 fi
