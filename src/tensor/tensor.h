@@ -532,7 +532,7 @@ void tensor_scan_i64(const int64_t *x, int64_t *out, int64_t n);
 ** out hold n rows `inner` elements apart, column j scanned on its own (a
 ** cumsum along a dim that is not the last, vectorized across the columns,
 ** reading and writing rows in order). */
-#define TENSOR_SCAN_COLS 64
+#define TENSOR_SCAN_COLS 1024
 void tensor_scan_cols_f32(const float *x, float *out, int64_t n,
                           int64_t inner, int64_t ncols);
 void tensor_scan_cols_f64(const double *x, double *out, int64_t n,

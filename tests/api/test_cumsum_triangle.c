@@ -74,6 +74,18 @@ static void test_cumsum_float_layouts(void **state) {
   check_cumsum(&a, 1, TC_F32, "long rows");
   check_cumsum(&a, 0, TC_F32, "long rows");
   tu_free(&a);
+  /* down columns of wide rows: blocks of up to 1024 columns and a rest,
+  ** several segments, 1e8 among small values */
+  const int64_t wide[2][2] = {{520, 5000}, {300, 1500}};
+  for (int w = 0; w < 2; w++) {
+    tu_arr b = tu_make_unif(dts[w], w ? TU_SLICED : TU_CONTIG, 2, wide[w], 0,
+                            1, 80 + w);
+    for (int64_t j = 0; j < b.n; j += 9) b.v[j] *= 1e8;
+    tu_arr c = tu_make(dts[w], w ? TU_SLICED : TU_CONTIG, 2, wide[w], b.v);
+    check_cumsum(&c, 0, dts[w], "wide columns");
+    tu_free(&c);
+    tu_free(&b);
+  }
   /* rows ending around the segment boundaries, values whose sums round
   ** differently in any other order (1e8 among ones), strided too */
   const int64_t lens[] = {255, 256, 257, 512, 3 * 256 + 7};
