@@ -422,9 +422,9 @@ typedef struct {
 
 /* A column block's width: up to TENSOR_SCAN_COLS, so that each row visit
 ** reads a long piece of the row (down a [2048, 4096] f32, blocks of 64
-** columns read 256 bytes at a 16 KiB stride, a page each, and took 8.8 ms
-** on a Xeon, blocks of 1024 2.5-3.0), halved down to 64 while that leaves
-** fewer than two units a thread. */
+** columns read 256 bytes at a 16 KiB stride, a page each, and took 7.2-8.8
+** ms on a Xeon, blocks of 1024 1.8-3.5), halved down to 64 while that
+** leaves fewer than two units a thread. */
 static int64_t scan_block_cols(int64_t outer, int64_t inner)
 {
   int64_t want = 2 * (int64_t)eager_cfg()->threads, w = TENSOR_SCAN_COLS;
