@@ -534,16 +534,60 @@ static void log_guard_failure(cache_struct *s, const trace_region *r)
            s->want_dynamic ? ", shape-dynamic" : "");
 }
 
+/* The compiled shape-dynamic variant of s, when it takes these inputs and
+** e (the variant they matched) is a cold static one. A structure that went
+** shape-dynamic has shown that its shapes vary; a static variant still
+** cold was made before that (a decoder's first KV lengths, met again by
+** its next sequence) and compiling it now would only add a kernel for a
+** shape the dynamic plan runs already. */
+static cache_entry *dynamic_instead(cache_struct *s, cache_entry *e,
+                                    const trace_region *r)
+{
+  cache_entry *d = s->dynamic;
+  if (!d || d == e || d->state != CACHE_COMPILED || e->state != CACHE_COLD)
+    return NULL;
+  return guard_check(d->guards, r->ninputs,
+                     (const tc_tensor *const *)r->inputs) ? d : NULL;
+}
+
+/* Count r's run on e (table locked); true when that made e hot: it is to
+** be compiled now (and is marked compiling). */
+static bool count_hit(cache_entry *e, const trace_region *r)
+{
+  if (!cache_hit(e))
+    return false;
+  if (tensor_log_on(TC_LOG_REGIONS))
+    tensor_log(TC_LOG_REGIONS, "region %016llx hot after %llu runs: %d nodes, "
+               "%d inputs, %d outputs", (unsigned long long)r->hash,
+               (unsigned long long)e->hits, r->nnodes, r->ninputs,
+               r->noutputs);
+  if (!compile_hook)
+    return false;
+  e->state = CACHE_COMPILING;
+  return true;
+}
+
 /* Find or make the entry for r (table locked); *hot says it just became
-** hot and should be compiled now. */
-static cache_entry *lookup(const trace_region *r, bool *hot)
+** hot and should be compiled now. *cold: the cold static variant r matched
+** when the compiled shape-dynamic one is returned for it
+** (dynamic_instead), its hit not counted; should the dynamic plan not
+** run these shapes, the caller counts it then (count_hit). */
+static cache_entry *lookup(const trace_region *r, bool *hot,
+                           cache_entry **cold)
 {
   const tc_tensor *const *ins = (const tc_tensor *const *)r->inputs;
   *hot = false;
+  *cold = NULL;
   cache_struct *s = cache_struct_get(r->hash);
   if (!s)
     return NULL;
   cache_entry *e = cache_variant_find(s, r->ninputs, ins);
+  cache_entry *d = e ? dynamic_instead(s, e, r) : NULL;
+  if (d) {
+    *cold = e;
+    cache_hit(d);   /* compiled: never hot again */
+    return d;
+  }
   if (!e) {
     if (s->variants) {
       eager_count(ST_GUARD_FAILURES);
@@ -558,17 +602,7 @@ static cache_entry *lookup(const trace_region *r, bool *hot)
                  e->guards->dynamic ? " (shape-dynamic)" : "", r->nnodes,
                  r->ninputs, r->noutputs);
   }
-  if (cache_hit(e)) {
-    if (tensor_log_on(TC_LOG_REGIONS))
-      tensor_log(TC_LOG_REGIONS, "region %016llx hot after %llu runs: %d nodes, "
-             "%d inputs, %d outputs", (unsigned long long)r->hash,
-             (unsigned long long)e->hits, r->nnodes, r->ninputs,
-             r->noutputs);
-    if (compile_hook) {
-      e->state = CACHE_COMPILING;
-      *hot = true;
-    }
-  }
+  *hot = count_hit(e, r);
   return e;
 }
 
@@ -668,6 +702,32 @@ static void *ready_plan(const cache_entry *e)
   return e && e->state == CACHE_COMPILED ? e->plan : NULL;
 }
 
+/* Compile e (just hot) for r; its plan when ready now (else NULL: queued,
+** or failed). */
+static void *compile_now(trace_region *r, cache_entry *e)
+{
+  compile_hook(r, e);
+  pthread_mutex_lock(&table_lock);
+  void *plan = ready_plan(e);
+  pthread_mutex_unlock(&table_lock);
+  return plan;
+}
+
+/* Run r with e's plan (NULL: none ready); 0, or nonzero when it did not run
+** (then r runs eagerly). *replayable: the plan may be taped. */
+static int run_compiled(void *plan, trace_region *r, cache_entry *e,
+                        bool *replayable)
+{
+  if (!plan || !run_hook)
+    return -1;
+  int rc = run_hook(plan, r);
+  if (rc == 0) {
+    count_compiled_run(e);
+    *replayable = graphless_hook && graphless_hook(plan);
+  }
+  return rc;
+}
+
 /* read: q asks for one lazy value the program reads (a replay's tape may
 ** be made of its region). */
 static int realize_one_device(reqs *q, bool read)
@@ -698,26 +758,24 @@ static int realize_one_device(reqs *q, bool read)
     trace_node_retain(r->outputs[i]);
   eager_tls_keys saved = untraced();
   bool hot;
+  cache_entry *cold;
   pthread_mutex_lock(&table_lock);
-  cache_entry *e = lookup(r, &hot);
+  cache_entry *e = lookup(r, &hot, &cold);
   void *plan = ready_plan(e);
   pthread_mutex_unlock(&table_lock);
-  if (hot) {   /* compiled now (or queued): look again */
-    compile_hook(r, e);
-    pthread_mutex_lock(&table_lock);
-    plan = ready_plan(e);
-    pthread_mutex_unlock(&table_lock);
-  }
+  if (hot)
+    plan = compile_now(r, e);
   eager_count(ST_REGIONS);
   eager_note_region();
-  int rc = -1;
   bool replayable = false;
-  if (plan && run_hook) {
-    rc = run_hook(plan, r);
-    if (rc == 0) {
-      count_compiled_run(e);
-      replayable = graphless_hook && graphless_hook(plan);
-    }
+  int rc = run_compiled(plan, r, e, &replayable);
+  if (rc != 0 && cold) {   /* the static variant after all */
+    e = cold;
+    pthread_mutex_lock(&table_lock);
+    hot = count_hit(e, r);
+    pthread_mutex_unlock(&table_lock);
+    if (hot)
+      rc = run_compiled(compile_now(r, e), r, e, &replayable);
   }
   trace_replay_offer(replayable ? r : NULL, nreq);
   if (rc != 0) {

@@ -633,6 +633,52 @@ static void test_trace_dynamic_layouts_derived(void **state)
   assert_true(again.layouts_derived > s.layouts_derived);
 }
 
+/* The hash of the region the log says went shape-dynamic, as the log
+** prints it, in out (17 bytes); false when none did. */
+static bool dynamic_region(const char *log, char *out)
+{
+  const char *p = strstr(log, ": new (shape-dynamic)");
+  if (!p || p - log < 16)
+    return false;
+  memcpy(out, p - 16, 16);
+  out[16] = 0;
+  return true;
+}
+
+/* A second sequence meets its first 8 lengths again. Their specialized
+** variants were each seen once, before the region went shape-dynamic, so
+** they are cold: the compiled shape-dynamic plan runs them, and nothing is
+** compiled for them. (Before, each became hot on this second sighting and
+** was compiled: a plan and kernels per length, for shapes the dynamic plan
+** already ran; 9 compiles in this sequence, 1 now.) */
+static void test_trace_dynamic_serves_cold_statics(void **state)
+{
+  (void)state;
+  static float want[KV_MAX][KV_D];
+  tc_compile_set(false);
+  decode(want);
+  log_begin();
+  decode_compiled_matches(want);
+  char *first = log_end();
+  char dyn[17], hot[64];
+  assert_true(dynamic_region(first, dyn));
+  snprintf(hot, sizeof hot, "region %s hot after", dyn);
+  assert_int_equal(count(first, hot), 1);   /* its shape-dynamic compile */
+  free(first);
+  tc_stats s;
+  tc_stats_get(&s);
+  log_begin();
+  decode_compiled_matches(want);   /* bit for bit: eager's results */
+  char *second = log_end();
+  tc_stats again;
+  tc_stats_get(&again);
+  assert_int_equal(count(second, hot), 0);
+  assert_int_equal(again.regions_eager, s.regions_eager);
+  assert_int_equal(again.regions_compiled - s.regions_compiled,
+                   again.regions - s.regions);
+  free(second);
+}
+
 /* Two values in one region, y of length n and w of 8, each read twice:
 ** compiled shape-dynamic when n was 8, both went into one MAP kernel over
 ** 8 points (and the four reductions into one ROWS kernel). Derived for
@@ -673,6 +719,36 @@ static void test_trace_dynamic_layout_sizes_relate_otherwise(void **state)
   assert_true(s.layouts_built >= 3);   /* n = 9, 10, 11 */
 }
 
+/* A cold specialized variant whose shapes the shape-dynamic plan cannot
+** run (two_lengths: n = 9 relates the sizes otherwise than n = 8, where the
+** dynamic plan was made) counts its sighting after all: it becomes hot and
+** is compiled, as it would have been without a dynamic variant, instead of
+** running eagerly for good. */
+static void test_trace_cold_static_when_dynamic_cannot(void **state)
+{
+  (void)state;
+  /* n = 9 and 7 more lengths once each (cold), then n = 8 twice: the
+  ** 9th variant, shape-dynamic, hot on its second sighting. */
+  const int64_t ns[] = { 9, 20, 21, 22, 23, 24, 25, 26, 8, 8 };
+  for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+    two_lengths(ns[i]);
+  tc_compile_set(false);
+  double want = two_lengths(9);
+  tc_compile_set(true);
+  tc_stats s;
+  tc_stats_get(&s);
+  log_begin();
+  double got = two_lengths(9);
+  char *log = log_end();
+  tc_stats again;
+  tc_stats_get(&again);
+  assert_memory_equal(&got, &want, sizeof got);
+  assert_non_null(strstr(log, "relate otherwise"));   /* dynamic: no */
+  assert_int_equal(count(log, "hot after"), 1);        /* the static: yes */
+  assert_int_equal(again.regions_eager, s.regions_eager);
+  free(log);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -706,6 +782,10 @@ int main(void)
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(
       test_trace_dynamic_layout_sizes_relate_otherwise, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_dynamic_serves_cold_statics,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(
+      test_trace_cold_static_when_dynamic_cannot, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
