@@ -241,7 +241,7 @@ jcuda_function eager_cuda_kernel(const char *fn, const kir_kernel *k)
     ck = malloc(sizeof *ck);
     kir_kernel *copy = ck ? malloc(sizeof *copy) : NULL;
     if (copy) {
-      *copy = *k;
+      kir_copy(copy, k);
       *ck = (cuda_kernel){ kernels, h, copy, f };
       kernels = ck;
     } else {

@@ -55,6 +55,10 @@ void kir_free(kir_kernel *k)
 {
   if (!k)
     return;
+  if (k->compact) {   /* too small to hand out again */
+    free(k);
+    return;
+  }
   pthread_mutex_lock(&spare.lock);
   bool kept = spare.n < KIR_SPARE_MAX;
   if (kept)
@@ -64,8 +68,29 @@ void kir_free(kir_kernel *k)
     free(k);
 }
 
+kir_kernel *kir_compact_copy(const kir_kernel *c)
+{
+  size_t head = offsetof(kir_kernel, ins);
+  size_t body = sizeof c->ins[0] * (size_t)c->ninstrs;
+  kir_kernel *k = malloc(head + body);
+  if (!k)
+    return NULL;
+  memcpy(k, c, head);
+  memcpy(k->ins, c->ins, body);
+  k->compact = true;
+  return k;
+}
+
+void kir_copy(kir_kernel *dst, const kir_kernel *src)
+{
+  memcpy(dst, src, offsetof(kir_kernel, ins));
+  memcpy(dst->ins, src->ins, sizeof src->ins[0] * (size_t)src->ninstrs);
+  dst->compact = false;
+}
+
 int kir_emit(kir_kernel *k, kir_opcode op, tc_dtype dt, int a, int b, int c)
 {
+  TC_ASSERT(!k->compact, "emitting into a compact kernel");
   if (k->ninstrs >= KIR_MAX_INSTRS || a < -1 || b < -1 || c < -1)
     return -1;
   int n = kir_arity[op];

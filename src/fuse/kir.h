@@ -138,10 +138,13 @@ typedef struct {
   int nbufs;
   kir_buf buf[KIR_MAX_BUFS];
   int nscalars;
-  int ninstrs;
-  kir_instr ins[KIR_MAX_INSTRS];
   int npasses;
   kir_pass pass[KIR_MAX_PASSES];
+  bool compact;                   /* holds ins[0, ninstrs) only
+                                     (kir_compact_copy) */
+  int ninstrs;
+  kir_instr ins[KIR_MAX_INSTRS];  /* last: a compact kernel ends at
+                                     ins[ninstrs] */
 } kir_kernel;
 
 /* -- Building -------------------------------------------------------------- */
@@ -154,6 +157,15 @@ typedef struct {
 ** reads past ninstrs and npasses. */
 kir_kernel *kir_new(void);
 void kir_free(kir_kernel *k);   /* NULL-safe */
+/* A copy of c in memory for its instructions only (7 KB for a typical
+** kernel instead of 55): a finished plan's kernels (fuse_build's, and the
+** copies a shape-dynamic plan's layouts keep, fuse/layout.c) never grow.
+** Nothing may emit into it or copy it by assignment (kir_copy does).
+** NULL when out of memory. */
+kir_kernel *kir_compact_copy(const kir_kernel *c);
+/* *dst (a whole kernel) = *src, which may be compact: its instructions
+** past ninstrs are not read. */
+void kir_copy(kir_kernel *dst, const kir_kernel *src);
 
 /* Each returns the new instruction's index, or -1 when the kernel is full
 ** (the caller then leaves the group to eager). */

@@ -503,10 +503,10 @@ static bool kernel_numbers(const fuse_recipe *r, int s, const kir_kernel *c,
 }
 
 /* Plan p's steps, temporaries and outputs as code's, its numbers still to
-** fill. A kernel is made with code's instructions and passes; one already
-** there (p is a layout of code no longer wanted: made by fuse_relayout, or
-** by fuse_build with the same code, whose kernels are then code's but for
-** their numbers) keeps them. */
+** fill. Each kernel step gets a compact copy of code's kernel (its
+** instructions and passes; a kernel already there, p being a layout no
+** longer wanted, goes): the numbers are all that differ from run to run,
+** so later layouts of the same code reuse these in place. */
 static bool fill_like(fuse_plan *p, const fuse_plan *code)
 {
   p->dynamic = code->dynamic;
@@ -537,22 +537,9 @@ static bool fill_like(fuse_plan *p, const fuse_plan *code)
       continue;
     const kir_kernel *c = cs->k;
     memcpy(st->buf, cs->buf, sizeof *st->buf * (size_t)c->nbufs);
-    if (!st->k) {
-      if (!(st->k = kir_new()))
-        return false;
-      memcpy(st->k->ins, c->ins, sizeof *c->ins * (size_t)c->ninstrs);
-      memcpy(st->k->pass, c->pass, sizeof *c->pass * (size_t)c->npasses);
-    }
-    kir_kernel *k = st->k;
-    k->kind = c->kind;
-    k->dynamic = c->dynamic;
-    k->inplace = c->inplace;
-    k->nbufs = c->nbufs;
-    k->nscalars = c->nscalars;
-    k->ninstrs = c->ninstrs;
-    k->npasses = c->npasses;
-    for (int b = 0; b < c->nbufs; b++)
-      k->buf[b] = c->buf[b];
+    kir_free(st->k);
+    if (!(st->k = kir_compact_copy(c)))
+      return false;
   }
   return true;
 }

@@ -2310,6 +2310,20 @@ static int expand(const fuse_graph *g, fuse_graph *out)
   return 0;
 }
 
+/* p's kernels, finished, in memory for their instructions only: a region
+** table of decoder variants held some 55 KB a kernel step. */
+static void compact_kernels(fuse_plan *p)
+{
+  for (int s = 0; s < p->nsteps; s++) {
+    kir_kernel *k = p->steps[s].k;
+    kir_kernel *c = k && !k->compact ? kir_compact_copy(k) : NULL;
+    if (c) {   /* (else it stays whole) */
+      kir_free(k);
+      p->steps[s].k = c;
+    }
+  }
+}
+
 fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
                       size_t rlen)
 {
@@ -2347,6 +2361,8 @@ fuse_plan *fuse_build(const fuse_graph *g0, bool dynamic, char *reason,
   free(copy_temp);
   free((void *)gx.nodes);
   free((void *)gx.out_node);
+  if (p)
+    compact_kernels(p);
   return p;
 }
 

@@ -645,7 +645,7 @@ static jcpu_status request(const kir_kernel *k, const char *key,
   rq->path_len = (uint32_t)plen;
   rq->limit_ms = (uint32_t)limit;
   snprintf(rq->key, sizeof rq->key, "%s", key);
-  rq->k = *k;
+  kir_copy(&rq->k, k);
   io_rc io = send_all(rq, sizeof *rq, deadline);
   free(rq);
   if (io == IO_OK)

@@ -34,7 +34,7 @@ static char *code_text(const kir_kernel *k)
   kir_kernel *c = kir_new();
   if (!c)
     return NULL;
-  *c = *k;
+  kir_copy(c, k);
   if (c->dynamic) {
     memset(c->size, 0, sizeof c->size);
     c->row_len = 0;
