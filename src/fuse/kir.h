@@ -149,9 +149,10 @@ typedef struct {
 
 /* -- Building -------------------------------------------------------------- */
 
-/* An empty kernel, and its end. A plan makes one per kernel step on every
-** run of a shape-dynamic region; clearing 55 KB for each was 7% of a
-** compiled decoding step. So kir_free keeps a few kernels for kir_new to
+/* An empty kernel, and its end. Planning makes one per kernel step (a
+** finished plan keeps compact copies), an eager CUDA op one per call;
+** clearing 55 KB for each was 7% of a compiled decoding step when decoding
+** planned every step. So kir_free keeps a few kernels for kir_new to
 ** hand out again with only the counts, sizes and buffers cleared: their
 ** instruction and pass arrays keep old (initialized) entries, which no one
 ** reads past ninstrs and npasses. */
