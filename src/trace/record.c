@@ -396,12 +396,19 @@ void trace_node_seal(trace_node *n, int skip)
     n->hash = trace_hash_word(n->hash, (uint64_t)n->shape[d]);
 }
 
-/* A node computing op for call c, NULL on failure. Its inputs are the last
-** op_table[op].nin of c's: an in-place op's twin may read fewer than the
-** op (COPY_(dst, src) is CAST(src), FILL_(dst) is FILL()). */
+/* How many of c's first inputs a node computing op does not read: its
+** inputs are the last op_table[op].nin of c's, since an in-place op's twin
+** may read fewer than the op (COPY_(dst, src) is CAST(src), FILL_(dst) is
+** FILL()). */
+static int skipped_inputs(const eager_call *c, tc_op op)
+{
+  return c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+}
+
+/* A node computing op for call c, NULL on failure. */
 static trace_node *node_for_call(const eager_call *c, tc_op op)
 {
-  int skip = c->nin > op_table[op].nin ? c->nin - op_table[op].nin : 0;
+  int skip = skipped_inputs(c, op);
   if (flush_inputs(c->in + skip, c->nin - skip) < 0)
     return NULL;
   trace_node *n = trace_node_alloc();
@@ -513,6 +520,14 @@ static tc_tensor *trace_inplace(const eager_call *c)
   tc_tensor *dst = c->dst;
   tc_op twin = (tc_op)op_table[c->op].twin;
   if (check_limit() < 0)
+    return NULL;
+  /* The twin's inputs are flushed before dst is looked at, not inside
+  ** node_for_call: the write-back may compute dst's own node (a value that
+  ** reads the storage written: add_(x, v) with x = a + v, v a view with a
+  ** pending write), after which dst is no longer the lazy handle it was,
+  ** and rebinding it would unlink it from a node already freed. */
+  int skip = skipped_inputs(c, twin);
+  if (flush_inputs(c->in + skip, c->nin - skip) < 0)
     return NULL;
   if (dst->lazy) {
     trace_node *old = dst->lazy;

@@ -139,6 +139,32 @@ static void test_trace_inplace_over_pending_reader(void **state)
   tc_release(x);
 }
 
+/* An in-place op on the sole handle of a lazy value whose source is a view
+** with a pending write: reading the source writes it back first, and that
+** realization computes the lazy value too (it reads the storage written).
+** The in-place op then finds its target materialized (it once rebound the
+** handle off a node the realization had freed: a crash in the random
+** programs, seed 8700016). Values worked by hand: a = [1, 2, 3] (rows of
+** one), lo = a[0:2], hi = a[1:3]. */
+static void test_trace_inplace_sole_target_realized_by_source(void **state)
+{
+  (void)state;
+  tc_tensor *a = tc_from_data(TC_F32, TC_SHAPE(3, 1),
+                              (const float[]){ 1, 2, 3 }, 3 * sizeof(float));
+  tc_tensor *hi = tc_slice(a, 0, 1, 3, 1);
+  tc_tensor *lo = tc_slice(a, 0, 0, 2, 1);
+  tc_tensor *y = tc_add(hi, lo);              /* [3, 5], lazy */
+  assert_int_equal(tc_add_(hi, hi), 0);       /* a = [1, 4, 6] */
+  assert_int_equal(tc_add_(y, lo), 0);        /* y = [3 + 1, 5 + 4] */
+  assert_true(read1(y, 0) == 4.0);
+  assert_true(read1(y, 1) == 9.0);
+  assert_true(read1(a, 2) == 6.0);
+  tc_release(y);
+  tc_release(lo);
+  tc_release(hi);
+  tc_release(a);
+}
+
 static void test_trace_views_of_lazy(void **state)
 {
   (void)state;
@@ -760,6 +786,8 @@ int main(void)
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_inplace_over_pending_reader,
                                     setup, teardown),
+    cmocka_unit_test_setup_teardown(
+      test_trace_inplace_sole_target_realized_by_source, setup, teardown),
     cmocka_unit_test_setup_teardown(test_trace_views_of_lazy, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_scope_ends_with_pending_writes,
