@@ -68,24 +68,22 @@ void kir_free(kir_kernel *k)
     free(k);
 }
 
-kir_kernel *kir_compact_copy(const kir_kernel *c)
-{
-  size_t head = offsetof(kir_kernel, ins);
-  size_t body = sizeof c->ins[0] * (size_t)c->ninstrs;
-  kir_kernel *k = malloc(head + body);
-  if (!k)
-    return NULL;
-  memcpy(k, c, head);
-  memcpy(k->ins, c->ins, body);
-  k->compact = true;
-  return k;
-}
-
 void kir_copy(kir_kernel *dst, const kir_kernel *src)
 {
   memcpy(dst, src, offsetof(kir_kernel, ins));
   memcpy(dst->ins, src->ins, sizeof src->ins[0] * (size_t)src->ninstrs);
   dst->compact = false;
+}
+
+kir_kernel *kir_compact_copy(const kir_kernel *c)
+{
+  kir_kernel *k = malloc(offsetof(kir_kernel, ins) +
+                         sizeof c->ins[0] * (size_t)c->ninstrs);
+  if (!k)
+    return NULL;
+  kir_copy(k, c);   /* writes no further than c's instructions */
+  k->compact = true;
+  return k;
 }
 
 int kir_emit(kir_kernel *k, kir_opcode op, tc_dtype dt, int a, int b, int c)
