@@ -35,6 +35,10 @@ static void load(void)
   }
   JCPU_GCCJIT_FUNCS(JCPU_GCCJIT_RESOLVE)
 #undef JCPU_GCCJIT_RESOLVE
+#define JCPU_GCCJIT_RESOLVE_OPTIONAL(n) \
+  jcpu_gccjit.n = (__typeof__(jcpu_gccjit.n))dlsym(h, "gcc_jit_" #n);
+  JCPU_GCCJIT_OPTIONAL_FUNCS(JCPU_GCCJIT_RESOLVE_OPTIONAL)
+#undef JCPU_GCCJIT_RESOLVE_OPTIONAL
 }
 
 int jcpu_gccjit_load(char *why, size_t len)

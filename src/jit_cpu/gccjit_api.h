@@ -64,9 +64,16 @@
   X(version_minor) \
   X(version_patchlevel)
 
+/* Newer than the oldest libgccjit tc runs on: NULL where the library
+** lacks them, and their callers do without (context_add_driver_option,
+** libgccjit ABI 11, GCC 11). */
+#define JCPU_GCCJIT_OPTIONAL_FUNCS(X) \
+  X(context_add_driver_option)
+
 typedef struct {
 #define JCPU_GCCJIT_POINTER(n) __typeof__(gcc_jit_##n) *n;
   JCPU_GCCJIT_FUNCS(JCPU_GCCJIT_POINTER)
+  JCPU_GCCJIT_OPTIONAL_FUNCS(JCPU_GCCJIT_POINTER)
 #undef JCPU_GCCJIT_POINTER
 } jcpu_gccjit_api;
 
@@ -87,6 +94,7 @@ int jcpu_gccjit_load(char *why, size_t len);
 #define gcc_jit_block_end_with_void_return jcpu_gccjit.block_end_with_void_return
 #define gcc_jit_context_acquire jcpu_gccjit.context_acquire
 #define gcc_jit_context_add_command_line_option jcpu_gccjit.context_add_command_line_option
+#define gcc_jit_context_add_driver_option jcpu_gccjit.context_add_driver_option
 #define gcc_jit_context_compile jcpu_gccjit.context_compile
 #define gcc_jit_context_compile_to_file jcpu_gccjit.context_compile_to_file
 #define gcc_jit_context_dump_to_file jcpu_gccjit.context_dump_to_file

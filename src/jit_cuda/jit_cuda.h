@@ -247,7 +247,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
 ** by builds that differ in it must not mix their cubins)
 ** ("cuda nvrtc 13.0 sm_90 render 4 fma 1 -fmad=false ..."). Into buf;
 ** returns buf. */
-#define JCUDA_RENDER_VERSION 9
+#define JCUDA_RENDER_VERSION 10
 const char *jcuda_key_text(const char *arch, char *buf, size_t len);
 
 #endif

@@ -290,6 +290,32 @@ static const char *const approx_name[KOP__MAX] = {
   [KOP_LOG1P] = "log1p", [KOP_ERF] = "erf",
 };
 
+/* approx.h's text without the precisions no instruction computes a
+** transcendental in, and half.h's only where a value or buffer is 16-bit:
+** NVRTC parses and optimizes all the text it is given, used or not (a small
+** kernel with the whole text took 53 ms to PTX, 37 without either). */
+static void emit_math_text(FILE *f, const kir_kernel *k)
+{
+  bool f32 = false, f64 = false, half = false;
+  for (int i = 0; i < k->ninstrs; i++) {
+    const kir_instr *in = &k->ins[i];
+    if (approx_name[in->op]) {   /* instr_expr's choice of precision */
+      f32 |= in->dtype == TC_F32;
+      f64 |= in->dtype != TC_F32;
+    }
+    half |= is_half(in->dtype);
+  }
+  for (int b = 0; b < k->nbufs; b++)
+    half |= is_half(k->buf[b].dtype);
+  if (!f32)
+    fputs("#define APPROX_OMIT_F32 1\n", f);
+  if (!f64)
+    fputs("#define APPROX_OMIT_F64 1\n", f);
+  fputs(jcuda_approx_text, f);
+  if (half)
+    fputs(jcuda_half_text, f);
+}
+
 /* The expression of instruction i over its operands v<arg>. */
 static void instr_expr(rd *r, int i)
 {
@@ -1350,8 +1376,7 @@ char *jcuda_render(const kir_kernel *k, char *reason, size_t rlen)
   /* the host build's choice, so multiply-adds fuse exactly where eager's
   ** do (approx.h) */
   fprintf(f, "#define APPROX_FMA %d\n", APPROX_FMA);
-  fputs(jcuda_approx_text, f);
-  fputs(jcuda_half_text, f);
+  emit_math_text(f, k);
   bool seq = kir_sequential(k);
   if (k->kind == KIR_ROWS && (!seq || jcuda_scan_parallel(k)))
     /* one block's scratch, shared by every phase */

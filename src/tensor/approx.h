@@ -255,12 +255,19 @@ static inline double approx_fma_f64(double a, double b, double c) { return a * b
 #define A_NE(a, b)     ((a) != (b))
 #define A_SEL(c, a, b) ((c) ? (a) : (b))
 
+/* A CUDA kernel's text leaves out a precision none of its instructions
+** computes in (APPROX_OMIT_F32, APPROX_OMIT_F64; render.c): NVRTC parses and
+** optimizes every function it is given, used or not. */
+#ifndef APPROX_OMIT_F32
 #define APPROX_BITS 32
 #include "approx_body.h"
 #undef APPROX_BITS
+#endif
+#ifndef APPROX_OMIT_F64
 #define APPROX_BITS 64
 #include "approx_body.h"
 #undef APPROX_BITS
+#endif
 
 #undef A_FN
 #undef A_NAME

@@ -1153,6 +1153,81 @@ static void test_render_refuses_integer_division(void **state)
   free(k);
 }
 
+/* A kernel's text carries only the math it uses: approx.h's functions in
+** the precisions its transcendentals compute in, half.h's conversions where
+** a buffer is 16-bit (NVRTC parses and optimizes all it is given). Each
+** text still compiles with NVRTC, and runs on the host to approx.h's own
+** values (and half.h's rounding) bit for bit. */
+typedef struct {
+  tc_dtype in;     /* the input buffer's dtype */
+  kir_opcode op;   /* of the loaded value, in f32 (f64 for an f64 input) */
+  bool f32, f64, half;   /* what the text must carry */
+} math_case;
+
+static double math_reference(const math_case *c, double x)
+{
+  if (c->in == TC_F64)
+    return c->op == KOP_TANH ? approx_tanh_f64(x) : -x;
+  float v = (float)x;
+  return c->op == KOP_EXP ? approx_exp_f32(v) : -v;
+}
+
+static void test_render_carries_only_the_math_it_uses(void **state)
+{
+  (void)state;
+  static const math_case cases[] = {
+    { TC_F32, KOP_NEG, false, false, false },
+    { TC_F32, KOP_EXP, true, false, false },
+    { TC_F64, KOP_TANH, false, true, false },
+    { TC_F16, KOP_EXP, true, false, true },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const math_case *c = &cases[i];
+    tc_dtype vt = c->in == TC_F64 ? TC_F64 : TC_F32;
+    kir_kernel *k = new_kernel(KIR_MAP, 1);
+    k->size[0] = 5;
+    add_buf(k, KIR_IN, c->in, (int64_t[]){ 1, 0 });
+    add_buf(k, KIR_OUT, vt, (int64_t[]){ 1, 0 });
+    int x = kir_load(k, 0);
+    if (c->in == TC_F16)
+      x = kir_emit(k, KOP_CAST, TC_F32, x, -1, -1);
+    add_pass(k, KIR_PASS_STORE, KIR_RED_SUM, 1,
+             kir_emit(k, c->op, vt, x, -1, -1));
+    char why[200] = "", *src = jcuda_render(k, why, sizeof why);
+    assert_non_null(src);
+    assert_int_equal(strstr(src, "#define APPROX_OMIT_F32") == NULL, c->f32);
+    assert_int_equal(strstr(src, "#define APPROX_OMIT_F64") == NULL, c->f64);
+    assert_int_equal(strstr(src, "half_f32_from_f16(uint16_t") != NULL,
+                     c->half);
+    free(src);
+    nvrtc_accepts(k);
+
+    double in64[5], out64[5];
+    float in32[5], out32[5];
+    uint16_t in16[5];
+    for (int j = 0; j < 5; j++) {
+      double v = -1.3 + 0.7 * j;
+      in16[j] = half_f16_from_f32((float)v);
+      in32[j] = (float)v;
+      in64[j] = c->in == TC_F16 ? half_f32_from_f16(in16[j]) : v;
+    }
+    char *in = c->in == TC_F64 ? (char *)in64
+             : c->in == TC_F16 ? (char *)in16 : (char *)in32;
+    char *out = vt == TC_F64 ? (char *)out64 : (char *)out32;
+    char *bufs[] = { in, out };
+    assert_int_equal(hx_run(k, bufs, NULL, NULL, 0, 5, configs[1], why,
+                            sizeof why), 0);
+    for (int j = 0; j < 5; j++) {
+      double want = math_reference(c, c->in == TC_F32 ? in32[j] : in64[j]);
+      if (vt == TC_F64)
+        assert_true(same_bits_f64(out64[j], want));
+      else
+        assert_true(same_bits_f32(out32[j], (float)want));
+    }
+    free(k);
+  }
+}
+
 /* A failed compile hands back NVRTC's whole log, naming the line. */
 static void test_nvrtc_failure_gives_the_log(void **state)
 {
@@ -1183,6 +1258,11 @@ static void test_key_text(void **state)
   assert_non_null(strstr(buf, "-fmad=false"));
   assert_non_null(strstr(buf, jcuda_nvrtc_version()));
   assert_non_null(strstr(buf, "render"));
+  int major = 0, minor = 0;   /* -minimal from NVRTC 12.4 on */
+  bool minimal = sscanf(jcuda_nvrtc_version(), "nvrtc %d.%d", &major,
+                        &minor) == 2 &&
+                 (major > 12 || (major == 12 && minor >= 4));
+  assert_int_equal(strstr(buf, " -minimal") != NULL, minimal);
   char fma[16];
   snprintf(fma, sizeof fma, " fma %d ", jcuda_render_fma());
   assert_non_null(strstr(buf, fma));
@@ -1211,6 +1291,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_split_many_rows),
     cmocka_unit_test(test_split_launch_config),
     cmocka_unit_test(test_render_refuses_integer_division),
+    cmocka_unit_test(test_render_carries_only_the_math_it_uses),
     cmocka_unit_test(test_nvrtc_failure_gives_the_log),
     cmocka_unit_test(test_key_text),
   };
