@@ -46,8 +46,8 @@ static const char *const options[] = {
 #define NOPTIONS (int)(sizeof options / sizeof options[0])
 /* -minimal (NVRTC 12.4 on): without the CUDA runtime's declarations
 ** (textures, device-side launch, cudadevrt), which no kernel uses, NVRTC
-** starts each compile with less to parse: some 10 ms of the 50 a small
-** kernel takes. */
+** starts each compile with less to parse (a small kernel to PTX: 51 ->
+** 39 ms). The PTX is the same. */
 static bool minimal;
 
 static void *open_nvrtc(void)
