@@ -164,7 +164,7 @@ void hr_cache_put(const char *name, const char *text)
 ** own eager code (no contraction, no fast-math), so the host run computes
 ** what the text says, in the order it says it. The object links with
 ** libm only (-nostdlib): the C library's start files and libgcc add nothing
-** to a kernel but a fifth of gcc's time, and what it calls of libc binds to
+** to a kernel but a sixth of gcc's time, and what it calls of libc binds to
 ** the test process's at dlopen. */
 static int gcc_so(const char *src, const char *c, const char *so,
                   char *why, size_t wlen)
