@@ -106,17 +106,29 @@ const char *jcuda_nvrtc_version(void)
   return nv.version;
 }
 
+/* The options every compile passes (out has room for NOPTIONS + 1), in
+** order; their count. For the key's text and for the compile alike. */
+static int compile_options(const char **out)
+{
+  pthread_once(&load_once, load);
+  int n = 0;
+  for (int i = 0; i < NOPTIONS; i++)
+    out[n++] = options[i];
+  if (minimal)
+    out[n++] = "-minimal";
+  return n;
+}
+
 static char options_text[256];
 
 static void join_options(void)
 {
-  pthread_once(&load_once, load);
+  const char *opts[NOPTIONS + 1];
+  int nopts = compile_options(opts);
   size_t n = 0;
-  for (int i = 0; i < NOPTIONS; i++)
+  for (int i = 0; i < nopts; i++)
     n += (size_t)snprintf(options_text + n, sizeof options_text - n, "%s%s",
-                          i ? " " : "", options[i]);
-  if (minimal)
-    snprintf(options_text + n, sizeof options_text - n, " -minimal");
+                          i ? " " : "", opts[i]);
 }
 
 const char *jcuda_nvrtc_options(void)
@@ -170,11 +182,7 @@ int jcuda_nvrtc_compile(const char *src, const char *arch, jcuda_image kind,
   char archopt[64];
   snprintf(archopt, sizeof archopt, "-arch=%s", arch);
   const char *opts[NOPTIONS + 2];
-  int nopts = 0;
-  for (int i = 0; i < NOPTIONS; i++)
-    opts[nopts++] = options[i];
-  if (minimal)
-    opts[nopts++] = "-minimal";
+  int nopts = compile_options(opts);
   opts[nopts++] = archopt;
   nvrtc_prog p = NULL;
   int rc = nv.create(&p, src, "tc_kernel.cu", 0, NULL, NULL);

@@ -290,6 +290,10 @@ static const char *const approx_name[KOP__MAX] = {
   [KOP_LOG1P] = "log1p", [KOP_ERF] = "erf",
 };
 
+/* The precision of approx.h's function that computes a transcendental of
+** dtype dt (approx_<name>_f32 or _f64). */
+static int approx_bits(int dt) { return dt == TC_F32 ? 32 : 64; }
+
 /* approx.h's text without the precisions no instruction computes a
 ** transcendental in, and half.h's only where a value or buffer is 16-bit:
 ** NVRTC parses and optimizes all the text it is given, used or not (a small
@@ -299,9 +303,9 @@ static void emit_math_text(FILE *f, const kir_kernel *k)
   bool f32 = false, f64 = false, half = false;
   for (int i = 0; i < k->ninstrs; i++) {
     const kir_instr *in = &k->ins[i];
-    if (approx_name[in->op]) {   /* instr_expr's choice of precision */
-      f32 |= in->dtype == TC_F32;
-      f64 |= in->dtype != TC_F32;
+    if (approx_name[in->op]) {
+      f32 |= approx_bits(in->dtype) == 32;
+      f64 |= approx_bits(in->dtype) == 64;
     }
     half |= is_half(in->dtype);
   }
@@ -379,8 +383,8 @@ static void instr_expr(rd *r, int i)
   case KOP_EXPM1: case KOP_LOG1P: case KOP_ERF:
     if (!is_float(dt))
       fail(r, "%%%d: transcendental of %s", i, dt);
-    fprintf(f, "approx_%s_f%s(%s%s%s)", approx_name[in->op],
-            dt == TC_F32 ? "32" : "64", a, n > 1 ? ", " : "", b);
+    fprintf(f, "approx_%s_f%d(%s%s%s)", approx_name[in->op],
+            approx_bits(dt), a, n > 1 ? ", " : "", b);
     return;
   case KOP_CONST: {
     char lit[64];
