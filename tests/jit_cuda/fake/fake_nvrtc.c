@@ -5,7 +5,9 @@
 ** calls (src/jit_cuda/nvrtc.c) and nothing more.
 **   TC_FAKE_NVRTC_CHECK=PATH  also compile the source with the real NVRTC
 **                             at PATH (same options): a kernel it rejects
-**                             fails here too, with its log
+**                             fails here too, with its log; one it accepted
+**                             before, in any process of a test run
+**                             (TC_TEST_CUDA_CACHE), is not compiled again
 */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "fake.h"
+#include "../hostrun.h"
 
 typedef struct { char *image; size_t len; char *log; } program;
 
@@ -116,11 +119,50 @@ static int real_check(program *p, int nopts, const char *const *opts)
   return rc;
 }
 
+/* The options, a line each, then the source: what a verdict is kept by
+** (malloc'd; NULL when out of memory). */
+static char *verdict_text(const program *p, int nopts,
+                          const char *const *opts)
+{
+  const char *src = p->image + strlen(FAKE_IMAGE_MAGIC);
+  size_t n = strlen(src) + 1;
+  for (int i = 0; i < nopts; i++)
+    n += strlen(opts[i]) + 1;
+  char *text = malloc(n), *at = text;
+  if (!text)
+    return NULL;
+  for (int i = 0; i < nopts; i++)
+    at += sprintf(at, "%s\n", opts[i]);
+  strcpy(at, src);
+  return text;
+}
+
+/* The real NVRTC's verdict: from the run's cache when it accepted these
+** options and source before (the sanitized suite's tests run the release
+** suite's kernels again), else compiled, and kept when accepted. */
+static int real_verdict(program *p, int nopts, const char *const *opts)
+{
+  char *text = verdict_text(p, nopts, opts), name[64];
+  if (text) {
+    snprintf(name, sizeof name, "%016llx.fake-nvrtc",
+             (unsigned long long)hr_hash(text));
+    if (hr_cache_has(name, text)) {
+      free(text);
+      return OK;
+    }
+  }
+  int rc = real_check(p, nopts, opts);
+  if (rc == OK && text)
+    hr_cache_put(name, text);
+  free(text);
+  return rc;
+}
+
 int nvrtcCompileProgram(program *p, int nopts, const char *const *opts)
 {
   if (!p)
     return ERR_INVALID_PROGRAM;
-  return real_loaded() ? real_check(p, nopts, opts) : OK;
+  return real_loaded() ? real_verdict(p, nopts, opts) : OK;
 }
 
 int nvrtcGetProgramLogSize(program *p, size_t *n)
