@@ -5,6 +5,13 @@
 ** patterns become the expected number of kernels; an injected compile
 ** failure falls back to eager with the same results.
 **
+** With TC_TEST_STORE (tests/run-all.sh) the CPU kernels go through that
+** kernel store: fusion-cuda runs these programs too, and each of the three
+** runs of them in a test run (fusion, fusion-cuda, the sanitized fusion)
+** loads what another compiled. So the kernels a program "compiled" count
+** those loaded, and the tests that inject a compile failure close the
+** store (a stored kernel would skip the compile).
+**
 ** "Eager" here is the same program run with compile mode off: bitwise
 ** equality between the two modes is the property under test.
 */
@@ -23,6 +30,30 @@
 #include "../../src/cache/store.h"
 
 typedef tc_tensor *(*prog_fn)(tc_tensor *const *in);
+
+/* Kernels compiled, or loaded from the shared store in their place. */
+static uint64_t kernels_made(const tc_stats *s)
+{
+  return s->kernels_compiled + s->kernels_loaded;
+}
+
+/* The shared store (TC_TEST_STORE), or NULL. */
+static const char *shared_store(void)
+{
+  const char *dir = getenv("TC_TEST_STORE");
+  return dir && *dir ? dir : NULL;
+}
+
+/* Opened by the test itself, with TC_CACHE=0 so that tc never opens
+** another; closed around a test that injects compile failures. */
+static void shared_store_open(void)
+{
+  char why[256];
+  if (shared_store() && store_open(shared_store(), why, sizeof why) < 0)
+    fail_msg("cannot open the shared store %s: %s", shared_store(), why);
+}
+
+static void shared_store_pause(void) { store_close(); }
 
 /* Run prog eagerly and compiled (hot at once) and compare bit for bit;
 ** returns the kernels compiled for it. */
@@ -51,7 +82,7 @@ static bool same_in_both_modes(const char *name, prog_fn prog,
   tc_release(got);
   free(w);
   free(g);
-  *kernels = s1.kernels_compiled - s0.kernels_compiled;
+  *kernels = kernels_made(&s1) - kernels_made(&s0);
   return s1.regions_compiled > s0.regions_compiled;
 }
 
@@ -883,7 +914,7 @@ static void test_fusion_adam_one_kernel(void **state)
     tc_stats_get(&s1);
     /* One kernel, compiled at most once (an earlier test may have). */
     assert_int_equal(s1.kernels_launched - s0.kernels_launched, 1);
-    assert_true(s1.kernels_compiled - s0.kernels_compiled <= (t == 1));
+    assert_true(kernels_made(&s1) - kernels_made(&s0) <= (t == 1));
     assert_int_equal(s1.regions_compiled - s0.regions_compiled, 1);
   }
   tc_compile_set(false);
@@ -1037,6 +1068,7 @@ static tc_tensor *two_kernels(tc_tensor *x)
 static void test_fusion_compile_failure_falls_back(void **state)
 {
   (void)state;
+  shared_store_pause();
   size_t mark = tc_scope_begin();
   tc_compile_set(false);
   tc_tensor *x = tc_randn(TC_F32, TC_SHAPE(32, 100), 9);
@@ -1074,6 +1106,7 @@ static void test_fusion_compile_failure_falls_back(void **state)
   fclose(lf);
   free(log);
   tc_scope_end(mark);
+  shared_store_open();
 }
 
 /* The compile worker dies during a region's compile: the region runs
@@ -1082,6 +1115,7 @@ static void test_fusion_compile_failure_falls_back(void **state)
 static void test_fusion_worker_death_falls_back(void **state)
 {
   (void)state;
+  shared_store_pause();
   size_t mark = tc_scope_begin();
   size_t nb = sizeof(float) * 4800;
   float *a = malloc(nb), *b = malloc(nb);
@@ -1137,6 +1171,7 @@ static void test_fusion_worker_death_falls_back(void **state)
   free(a);
   free(b);
   tc_scope_end(mark);
+  shared_store_open();
 }
 
 /* Per-row values of a ROWS kernel written straight into their targets:
@@ -1334,6 +1369,13 @@ static void test_fusion_training_step_sgd(void **state)
 
 int main(void)
 {
+  setenv("TC_CACHE", "0", 1);
+  char why[256];
+  if (shared_store() && store_open(shared_store(), why, sizeof why) < 0) {
+    fprintf(stderr, "test_fusion: cannot open the shared store %s: %s\n",
+            shared_store(), why);
+    return 1;
+  }
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_fusion_kernel_counts, setup,
                                     teardown),
