@@ -2,7 +2,7 @@
 ** shim.h -- CUDA's execution model on the host, for the CUDA C that
 ** src/jit_cuda/render.c generates: gcc compiles that text with this file
 ** included first (-include shim.h) into a shared object, and hostexec.c
-** runs it. Each block's threads are fibers (ucontext) run one at a time;
+** runs it. Each block's threads are fibers (hostrun.c) run one at a time;
 ** TCK_SYNC() parks the calling fiber until every thread of the block has
 ** reached the barrier, as __syncthreads does; TCK_VEC aborts on a vector
 ** access that is not aligned, as a device faults. The index variables are this

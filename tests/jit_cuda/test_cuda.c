@@ -7,6 +7,7 @@
 ** by hand. NVRTC (+ ptxas) must accept every kernel here when present.
 */
 #include <dlfcn.h>
+#include <fenv.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include "hostexec.h"
+#include "hostrun.h"
 #include "../../include/tc.h"
 #include "../../src/eager/eager.h"
 #include "../../src/jit_cuda/jit_cuda.h"
@@ -1268,6 +1270,99 @@ static void test_key_text(void **state)
   assert_non_null(strstr(buf, fma));
 }
 
+/* -- The host run's fibers ------------------------------------------------------ */
+
+/* A block sum over shared memory with a barrier at every step (the shape
+** of render.c's block reductions), a division under the caller's rounding
+** mode, and a kernel whose odd threads alone reach a barrier. */
+static const char fiber_src[] =
+  "TCK_SHARED int sm[256];\n"
+  "void tri(int *out, const float *x, float *q)\n"
+  "{\n"
+  "  unsigned t = threadIdx.x, n = blockDim.x;\n"
+  "  sm[t] = (int)(t * t + 1 + blockIdx.x);\n"
+  "  TCK_SYNC();\n"
+  "  for (unsigned h = n / 2; h > 0; h /= 2) {\n"
+  "    int v = t < h ? sm[t + h] : 0;\n"
+  "    TCK_SYNC();\n"
+  "    if (t < h) sm[t] += v;\n"
+  "    TCK_SYNC();\n"
+  "  }\n"
+  "  if (t == 0) out[blockIdx.x] = sm[0];\n"
+  "  q[blockIdx.x * n + t] = x[0] / x[1];\n"
+  "}\n"
+  "void diverge(void) { if (threadIdx.x % 2) TCK_SYNC(); }\n";
+
+typedef struct {
+  void (*tri)(int *, const float *, float *);
+  int *out;
+  const float *x;
+  float *q;
+} tri_args;
+
+static void call_tri(void *ctx)
+{
+  tri_args *a = ctx;
+  a->tri(a->out, a->x, a->q);
+}
+
+static void call_diverge(void *ctx) { ((void (*)(void))ctx)(); }
+
+/* Each thread is a fiber with its own stack, switched at every barrier:
+** the sums need every thread's writes before each barrier and none after
+** (launches alternate forward and reverse order), each fiber computes in
+** the launching thread's floating-point mode, and a barrier that only
+** some threads reach is reported, after which the next launch is sound. */
+static void test_host_fibers(void **state)
+{
+  (void)state;
+  char why[300];
+  hr_module *m = hr_compile(fiber_src, why, sizeof why);
+  if (!m)
+    fail_msg("%s", why);
+  tri_args a = { .tri = (void (*)(int *, const float *, float *))
+                          hr_symbol(m, "tri") };
+  void (*diverge)(void) = (void (*)(void))hr_symbol(m, "diverge");
+  assert_non_null(a.tri);
+  assert_non_null(diverge);
+  const float x[2] = { 1, 3 };
+  volatile float one = x[0], three = x[1];
+  const int prev = fegetround();
+  assert_int_equal(fesetround(FE_DOWNWARD), 0);
+  const float third_down = one / three;
+  assert_int_equal(fesetround(prev), 0);
+  assert_false(same_bits_f32(third_down, one / three));
+  static const unsigned shapes[][2] = { { 3, 64 }, { 2, 256 }, { 1, 1 },
+                                        { 4, 32 } };
+  for (int round = 0; round < 2; round++)
+    for (int c = 0; c < 4; c++) {
+      unsigned grid = shapes[c][0], block = shapes[c][1];
+      int out[4] = { 0 };
+      float q[4 * 256];
+      a.out = out;
+      a.x = x;
+      a.q = q;
+      assert_int_equal(fesetround(FE_DOWNWARD), 0);
+      int rc = hr_launch(m, grid, block, call_tri, &a, why, sizeof why);
+      assert_int_equal(fesetround(prev), 0);
+      if (rc < 0)
+        fail_msg("%s", why);
+      for (unsigned b = 0; b < grid; b++) {
+        long want = 0;
+        for (unsigned t = 0; t < block; t++)
+          want += (long)t * t + 1 + b;
+        assert_int_equal(out[b], want);
+      }
+      for (unsigned i = 0; i < grid * block; i++)
+        assert_true(same_bits_f32(q[i], third_down));
+      if (round == 0 && c == 1) {   /* a divergence between launches */
+        assert_int_equal(hr_launch(m, 2, 8, call_diverge, (void *)diverge,
+                                   why, sizeof why), -1);
+        assert_non_null(strstr(why, "barrier divergence: 4 of 8 threads"));
+      }
+    }
+}
+
 int main(int argc, char **argv)
 {
   if (argc == 2 && strcmp(argv[1], "--probe") == 0) {   /* the stub test */
@@ -1294,6 +1389,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_render_carries_only_the_math_it_uses),
     cmocka_unit_test(test_nvrtc_failure_gives_the_log),
     cmocka_unit_test(test_key_text),
+    cmocka_unit_test(test_host_fibers),
   };
   if (!jcuda_nvrtc_available())
     fprintf(stderr, "test_cuda: NVRTC checks skipped: %s\n",
