@@ -413,10 +413,10 @@ static int fibers_reserve(unsigned n)
 /* A new fiber's stack holds what hr_fiber_switch pops: the control words
 ** (this thread's), six registers (zero), and fiber_main as the return
 ** address; above that a null return address for fiber_main, which starts
-** as if called (its stack pointer 8 past a multiple of 16). The words were
-** a frame of the fiber this stack had before, which may have stopped at a
-** barrier with its frames' redzones poisoned (a divergence): cleared for
-** AddressSanitizer, as its swapcontext does for the whole stack. */
+** as if called (its stack pointer 8 past a multiple of 16). For
+** AddressSanitizer the words are unpoisoned first: a fiber that returned
+** left its frames clean, and run_block cleans the stacks of fibers parked
+** at a divergence, but these words are written from outside any frame. */
 static void fiber_start(fiber *f)
 {
   uintptr_t top = ((uintptr_t)f->stack + FIBER_STACK) & ~(uintptr_t)15;
