@@ -238,15 +238,6 @@ static int nvrtc_one(const char *src, const char *arch, jcuda_image kind,
   return 0;
 }
 
-/* Has NVRTC (and ptxas) accepted src, as `what`, before: in this process or
-** another of the same test run? */
-static bool accepted_before(const char *src, const char *what, char *name,
-                            size_t nlen)
-{
-  snprintf(name, nlen, "%016llx.%s", (unsigned long long)hr_hash(src), what);
-  return hr_cache_has(name, src);
-}
-
 int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen)
 {
   if (!jcuda_nvrtc_available())
@@ -256,7 +247,7 @@ int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen)
     return -1;
   char ptx_ok[64], cubin_ok[64];
   int rc = 0;
-  if (!accepted_before(src, "ptxas", ptx_ok, sizeof ptx_ok)) {
+  if (!hr_cache_accepted(src, "ptxas", ptx_ok, sizeof ptx_ok)) {
     char *ptx = NULL;
     rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, why, wlen);
     if (rc == 0)
@@ -265,8 +256,8 @@ int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen)
       hr_cache_put(ptx_ok, src);
     free(ptx);
   }
-  if (rc == 0 && cubin && !accepted_before(src, "cubin", cubin_ok,
-                                           sizeof cubin_ok)) {
+  if (rc == 0 && cubin && !hr_cache_accepted(src, "cubin", cubin_ok,
+                                             sizeof cubin_ok)) {
     char *image = NULL;
     rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &image, why, wlen);
     if (rc == 0)

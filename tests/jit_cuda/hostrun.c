@@ -137,6 +137,13 @@ bool hr_cache_has(const char *name, const char *text)
   return same;
 }
 
+bool hr_cache_accepted(const char *text, const char *what, char *name,
+                       size_t nlen)
+{
+  snprintf(name, nlen, "%016llx.%s", (unsigned long long)hr_hash(text), what);
+  return hr_cache_has(name, text);
+}
+
 /* Move file `from` to DIR/name (best effort: a failure only costs a
 ** compile next time). */
 static void cache_adopt(const char *from, const char *name)

@@ -50,5 +50,10 @@ char *hr_read_file(const char *path);
 const char *hr_cache_dir(void);
 bool hr_cache_has(const char *name, const char *text);
 void hr_cache_put(const char *name, const char *text);
+/* A verdict on text (NVRTC's, ptxas's): its entry's name "<hash>.<what>"
+** into name, and whether the cache holds text there, i.e. whether the
+** verdict was given before (hr_cache_put(name, text) keeps one). */
+bool hr_cache_accepted(const char *text, const char *what, char *name,
+                       size_t nlen);
 
 #endif

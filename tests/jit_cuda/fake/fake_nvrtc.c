@@ -143,13 +143,9 @@ static char *verdict_text(const program *p, int nopts,
 static int real_verdict(program *p, int nopts, const char *const *opts)
 {
   char *text = verdict_text(p, nopts, opts), name[64];
-  if (text) {
-    snprintf(name, sizeof name, "%016llx.fake-nvrtc",
-             (unsigned long long)hr_hash(text));
-    if (hr_cache_has(name, text)) {
-      free(text);
-      return OK;
-    }
+  if (text && hr_cache_accepted(text, "fake-nvrtc", name, sizeof name)) {
+    free(text);
+    return OK;
   }
   int rc = real_check(p, nopts, opts);
   if (rc == OK && text)
