@@ -101,6 +101,10 @@ typedef struct {
                                  for new shapes, derived from its plan */
   uint64_t layouts_built;     /* ... planned again (the new sizes relate
                                  otherwise than the plan's did) */
+  double compile_wall_ms;     /* wall time with a JIT compile in flight:
+                                 compile_ms counts compiles running side by
+                                 side (TC_COMPILE_WORKERS) once each, this
+                                 counts the time once */
 } tc_stats;
 
 #define TC_SHAPE(...) \

@@ -92,6 +92,8 @@ static inline void eager_count(eager_stat s)
 /* Counter s summed over all threads, since the last tc_stats_reset. */
 uint64_t eager_stat_total(eager_stat s);
 void eager_add_compile_ms(double ms);
+/* The wall time of a stretch with a compile in flight (tc_stats). */
+void eager_add_compile_wall_ms(double ms);
 /* Note that a region is realized / just ran compiled (the first times
 ** give tc_stats.first_compiled_ms). */
 void eager_note_region(void);

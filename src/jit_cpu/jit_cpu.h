@@ -14,8 +14,9 @@
 **
 ** Compile failures are not user errors (principle 5): every entry point
 ** returns a status and a one-line reason, never aborts, and leaves nothing
-** allocated on failure. Compiles are serialized by one process-wide lock,
-** and the runtime runs them in a compile worker process (below).
+** allocated on failure. Compiles in this process are serialized by one
+** process-wide lock; the runtime runs them in a pool of compile worker
+** processes (below), side by side.
 */
 #ifndef TC_JIT_CPU_H
 #define TC_JIT_CPU_H
@@ -116,16 +117,25 @@ double jcpu_last_compile_ms(const jcpu_kernel *jk);
 ** reason, compile ms and the C-like dump out. The child touches only
 ** libgccjit, its socket, its stderr pipe and a private TMPDIR. This
 ** process never enters libgccjit's compiler on this path: it dlopens the
-** result with jcpu_load. Requests are serialized. A worker that dies,
-** exits or hangs past JCPU_WORKER_TIMEOUT_MS fails that request with a
-** reason ("compile worker died (signal 9)") and the next request starts a
-** new one; a worker is replaced after JCPU_WORKER_MAX_COMPILES compiles or
+** result with jcpu_load. The workers are a pool: up to jcpu_worker_limit()
+** of them, each serving one request at a time, started as requests find
+** the running ones busy (threads compiling side by side each get one; a
+** request waits while all are busy). A worker that dies, exits or hangs
+** past JCPU_WORKER_TIMEOUT_MS fails that request with a reason ("compile
+** worker died (signal 9)") and the next request in its slot starts a new
+** one; a worker is replaced after JCPU_WORKER_MAX_COMPILES compiles or
 ** once it has grown by JCPU_WORKER_MAX_GROWTH_MB. */
 #define JCPU_WORKER_TIMEOUT_MS 60000
 #define JCPU_WORKER_MAX_COMPILES 256
 #define JCPU_WORKER_MAX_GROWTH_MB 256
 /* At exit, how long a compile in flight may run on before it is killed. */
 #define JCPU_WORKER_EXIT_GRACE_MS 1000
+/* The pool's size: TC_COMPILE_WORKERS, else a worker a core up to
+** JCPU_WORKERS_AUTO (each may grow by JCPU_WORKER_MAX_GROWTH_MB), never
+** more than JCPU_WORKERS_MAX. */
+#define JCPU_WORKERS_AUTO 4
+#define JCPU_WORKERS_MAX 16
+int jcpu_worker_limit(void);
 
 /* Compile k in the worker to so_path, with key embedded, and load it here.
 ** so_path NULL: a private temporary file, unlinked once loaded (no disk
@@ -139,8 +149,10 @@ jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
 ** then the worker is stopped and reaped and its private TMPDIR removed, so
 ** nothing of it is left in $TMPDIR. Idempotent. */
 void jcpu_worker_shutdown(int grace_ms);
-/* The worker's pid, or 0 when none is running (tests). */
+/* The pid of the first running worker of the pool, or 0 when none is
+** running; how many are running (tests). */
 long jcpu_worker_pid(void);
+int jcpu_worker_running(void);
 
 /* -- Testing hooks ------------------------------------------------------------ */
 
@@ -162,6 +174,9 @@ void jcpu_worker_fault_next(jcpu_fault kind);
 ** JCPU_WORKER_MAX_GROWTH_MB (values <= 0: back to those). */
 void jcpu_worker_set_timeout(int ms);
 void jcpu_worker_set_limits(int max_compiles, int max_growth_mb);
+/* Override the pool's size (n <= 0: back to jcpu_worker_limit's rule).
+** Workers above a smaller size stay idle until shutdown. */
+void jcpu_worker_set_max(int n);
 /* Add -fopt-info-vec-optimized=<path> to later compiles (NULL: stop), so a
 ** test can assert that loops vectorized. GCC appends to the file; each
 ** loop is reported as "<entry>.<what>:1:1" (see emit.c's loop_begin). */

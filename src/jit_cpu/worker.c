@@ -1,15 +1,16 @@
 /*
-** worker.c -- the compile worker: libgccjit runs in a child process forked
-** at the first compile, so its memory growth, its exit() when memory runs
-** out and its crashes stay out of the user's process (issue 9). This
-** process only sends requests, waits for answers (with a deadline) and
-** dlopens the artifacts; see jit_cpu.h for the contract.
+** worker.c -- the compile workers: libgccjit runs in child processes
+** forked as compiles need them, so its memory growth, its exit() when
+** memory runs out and its crashes stay out of the user's process (issue
+** 9). This process only sends requests, waits for answers (with a
+** deadline) and dlopens the artifacts; see jit_cpu.h for the contract.
 **
-** Lifecycle: started on demand by the first request; replaced when it
-** dies, exits, hangs past the deadline, has served JCPU_WORKER_MAX_COMPILES
-** or grown by JCPU_WORKER_MAX_GROWTH_MB; stopped by jcpu_worker_shutdown at
-** process exit, or by itself when this process goes away (EOF on its
-** socket).
+** A pool of slots, a worker each: a request takes the lowest free slot
+** and waits while none is free. A slot's worker is started on demand by
+** the first request in it; replaced when it dies, exits, hangs past the
+** deadline, has served JCPU_WORKER_MAX_COMPILES or grown by
+** JCPU_WORKER_MAX_GROWTH_MB; stopped by jcpu_worker_shutdown at process
+** exit, or by itself when this process goes away (EOF on its socket).
 */
 #include <dirent.h>
 #include <errno.h>
@@ -307,8 +308,11 @@ static _Noreturn void child_main(int sock, int errfd, const char *dir)
 
 /* -- The parent side ---------------------------------------------------------- */
 
-static struct {
-  pthread_mutex_t lock;   /* one request at a time; guards the fields */
+/* A slot of the pool: one worker and the state of this side of it. A
+** thread that takes a free slot (slot_take) holds its lock through the
+** request; shutdown and jcpu_worker_pid take it too. */
+typedef struct {
+  pthread_mutex_t lock;   /* guards the fields */
   pid_t pid;              /* the worker, or 0 */
   int pidfd;              /* pidfd of the worker, or -1 (old kernels) */
   int sock;               /* our end of the socketpair, or -1 */
@@ -320,8 +324,81 @@ static struct {
   unsigned seq;           /* names of private artifacts */
   char tail[512];         /* the last bytes it wrote to stderr */
   size_t ntail;
-} w = { .lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1, .sock = -1,
-        .err = -1 };
+} wslot;
+
+/* The pool: up to jcpu_worker_limit() workers, each serving one request at
+** a time; a request takes the lowest free slot (so one thread compiling
+** alone always talks to the same worker) and waits while none is free. */
+static wslot slots[JCPU_WORKERS_MAX];
+static struct {
+  pthread_mutex_t lock;   /* guards busy[] */
+  pthread_cond_t freed;
+  bool busy[JCPU_WORKERS_MAX];
+} pool = { .lock = PTHREAD_MUTEX_INITIALIZER,
+           .freed = PTHREAD_COND_INITIALIZER };
+static atomic_int limit_set;   /* jcpu_worker_set_max; 0: the config's */
+static atomic_int running;     /* workers started and not yet reaped */
+
+static void slot_clear(wslot *w)
+{
+  w->pid = 0;
+  w->pidfd = w->sock = w->err = -1;
+  w->ntail = 0;
+  w->compiles = 0;
+  w->growth_kb = 0;
+  w->retire = false;
+}
+
+static pthread_once_t slots_once = PTHREAD_ONCE_INIT;
+static void slots_init(void)
+{
+  for (int i = 0; i < JCPU_WORKERS_MAX; i++) {
+    pthread_mutex_init(&slots[i].lock, NULL);
+    slot_clear(&slots[i]);
+  }
+}
+
+int jcpu_worker_limit(void)
+{
+  int n = atomic_load(&limit_set);
+  if (n <= 0)
+    n = tensor_cfg()->compile_workers;
+  if (n <= 0) {   /* automatic: a worker a core, up to JCPU_WORKERS_AUTO */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = cores < 1 ? 1 : cores > JCPU_WORKERS_AUTO ? JCPU_WORKERS_AUTO
+                                                   : (int)cores;
+  }
+  return n < JCPU_WORKERS_MAX ? n : JCPU_WORKERS_MAX;
+}
+
+void jcpu_worker_set_max(int n) { atomic_store(&limit_set, n); }
+
+/* The lowest free slot below the limit, locked (waits while all are busy). */
+static wslot *slot_take(void)
+{
+  pthread_once(&slots_once, slots_init);
+  pthread_mutex_lock(&pool.lock);
+  for (;;) {
+    int n = jcpu_worker_limit();
+    for (int i = 0; i < n; i++)
+      if (!pool.busy[i]) {
+        pool.busy[i] = true;
+        pthread_mutex_unlock(&pool.lock);
+        pthread_mutex_lock(&slots[i].lock);
+        return &slots[i];
+      }
+    pthread_cond_wait(&pool.freed, &pool.lock);
+  }
+}
+
+static void slot_give(wslot *w)
+{
+  pthread_mutex_unlock(&w->lock);
+  pthread_mutex_lock(&pool.lock);
+  pool.busy[w - slots] = false;
+  pthread_cond_signal(&pool.freed);
+  pthread_mutex_unlock(&pool.lock);
+}
 
 static atomic_int fault_next, timeout_ms, max_compiles, max_growth_mb;
 static atomic_bool exiting;
@@ -339,88 +416,94 @@ void jcpu_worker_set_limits(int compiles, int growth_mb)
 
 long jcpu_worker_pid(void)
 {
-  pthread_mutex_lock(&w.lock);
-  long pid = w.pid;
-  pthread_mutex_unlock(&w.lock);
+  pthread_once(&slots_once, slots_init);
+  long pid = 0;
+  for (int i = 0; i < JCPU_WORKERS_MAX && !pid; i++) {
+    pthread_mutex_lock(&slots[i].lock);
+    pid = slots[i].pid;
+    pthread_mutex_unlock(&slots[i].lock);
+  }
   return pid;
 }
 
+int jcpu_worker_running(void) { return atomic_load(&running); }
+
 /* Keep the last bytes the child wrote to its stderr (its last words when
 ** it dies: "virtual memory exhausted", an assembler error). */
-static void drain_err(void)
+static void drain_err(wslot *w)
 {
   char buf[512];
   ssize_t n;
-  while (w.err >= 0 && (n = read(w.err, buf, sizeof buf)) > 0) {
+  while (w->err >= 0 && (n = read(w->err, buf, sizeof buf)) > 0) {
     size_t m = (size_t)n;
-    if (m >= sizeof w.tail) {
-      memcpy(w.tail, buf + m - sizeof w.tail, sizeof w.tail);
-      w.ntail = sizeof w.tail;
+    if (m >= sizeof w->tail) {
+      memcpy(w->tail, buf + m - sizeof w->tail, sizeof w->tail);
+      w->ntail = sizeof w->tail;
       continue;
     }
-    if (w.ntail + m > sizeof w.tail) {
-      size_t drop = w.ntail + m - sizeof w.tail;
-      memmove(w.tail, w.tail + drop, w.ntail - drop);
-      w.ntail -= drop;
+    if (w->ntail + m > sizeof w->tail) {
+      size_t drop = w->ntail + m - sizeof w->tail;
+      memmove(w->tail, w->tail + drop, w->ntail - drop);
+      w->ntail -= drop;
     }
-    memcpy(w.tail + w.ntail, buf, m);
-    w.ntail += m;
+    memcpy(w->tail + w->ntail, buf, m);
+    w->ntail += m;
   }
 }
 
 /* The last non-empty line of the child's stderr, into out. */
-static void last_words(char *out, size_t len)
+static void last_words(const wslot *w, char *out, size_t len)
 {
-  size_t end = w.ntail;
-  while (end > 0 && (w.tail[end - 1] == '\n' || w.tail[end - 1] == ' '))
+  size_t end = w->ntail;
+  while (end > 0 && (w->tail[end - 1] == '\n' || w->tail[end - 1] == ' '))
     end--;
   size_t start = end;
-  while (start > 0 && w.tail[start - 1] != '\n')
+  while (start > 0 && w->tail[start - 1] != '\n')
     start--;
   size_t n = end - start < len - 1 ? end - start : len - 1;
-  memcpy(out, w.tail + start, n);
+  memcpy(out, w->tail + start, n);
   out[n] = '\0';
 }
 
-static void signal_worker(int sig)
+static void signal_worker(wslot *w, int sig)
 {
-  if (w.pidfd >= 0 &&
-      syscall(SYS_pidfd_send_signal, w.pidfd, sig, NULL, 0) == 0)
+  if (w->pidfd >= 0 &&
+      syscall(SYS_pidfd_send_signal, w->pidfd, sig, NULL, 0) == 0)
     return;
-  if (w.pidfd < 0)   /* a pidfd that fails means the child is gone */
-    kill(w.pid, sig);
+  if (w->pidfd < 0)   /* a pidfd that fails means the child is gone */
+    kill(w->pid, sig);
 }
 
 /* Wait up to grace_ms for the worker to end, then kill it; reap it, say
 ** how it ended (when why is non-NULL), close our ends, remove its TMPDIR. */
-static void worker_reap(int grace_ms, char *why, size_t wlen)
+static void worker_reap(wslot *w, int grace_ms, char *why, size_t wlen)
 {
   int status = 0;
   pid_t r;
   double until = tensor_now_ms() + grace_ms;
-  while ((r = waitpid(w.pid, &status, WNOHANG)) == 0 &&
+  while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 &&
          tensor_now_ms() < until) {
-    if (w.pidfd >= 0) {
-      struct pollfd p = { w.pidfd, POLLIN, 0 };
+    if (w->pidfd >= 0) {
+      struct pollfd p = { w->pidfd, POLLIN, 0 };
       poll(&p, 1, (int)(until - tensor_now_ms()) + 1);
     } else {
       nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
     }
   }
   if (r == 0) {
-    signal_worker(SIGKILL);
-    while ((r = waitpid(w.pid, &status, 0)) < 0 && errno == EINTR)
+    signal_worker(w, SIGKILL);
+    while ((r = waitpid(w->pid, &status, 0)) < 0 && errno == EINTR)
       ;
   }
-  drain_err();
+  drain_err(w);
   if (why) {
     char last[200];
-    last_words(last, sizeof last);
+    last_words(w, last, sizeof last);
     int n = 0;
-    if (r == w.pid && WIFSIGNALED(status))
+    if (r == w->pid && WIFSIGNALED(status))
       n = snprintf(why, wlen, "compile worker died (signal %d)",
                    WTERMSIG(status));
-    else if (r == w.pid && WIFEXITED(status))
+    else if (r == w->pid && WIFEXITED(status))
       n = snprintf(why, wlen, "compile worker exited (status %d)",
                    WEXITSTATUS(status));
     else   /* reaped by someone else (SIGCHLD ignored, a wait(-1)) */
@@ -431,56 +514,56 @@ static void worker_reap(int grace_ms, char *why, size_t wlen)
       if (*c == '\n' || *c == '\r')
         *c = ' ';
   }
-  close(w.sock);
-  close(w.err);
-  if (w.pidfd >= 0)
-    close(w.pidfd);
-  rm_tree(w.dir, 0);
+  close(w->sock);
+  close(w->err);
+  if (w->pidfd >= 0)
+    close(w->pidfd);
+  rm_tree(w->dir, 0);
   if (tensor_log_on(TC_LOG_COMPILE))
     tensor_log(TC_LOG_COMPILE, "compile worker %ld stopped after %d "
-               "compiles (grew %.1f MB)", (long)w.pid, w.compiles,
-               (double)w.growth_kb / 1024);
-  w.pid = 0;
-  w.pidfd = w.sock = w.err = -1;
-  w.ntail = 0;
-  w.compiles = 0;
-  w.growth_kb = 0;
-  w.retire = false;
+               "compiles (grew %.1f MB)", (long)w->pid, w->compiles,
+               (double)w->growth_kb / 1024);
+  slot_clear(w);
+  atomic_fetch_sub(&running, 1);
 }
 
 /* A process forked by the user must not talk to our worker (they would
 ** share one socket): it forgets it, and starts its own when it compiles. */
 static void atfork_child(void)
 {
-  pthread_mutex_init(&w.lock, NULL);
-  if (w.pid) {
-    close(w.sock);
-    close(w.err);
-    if (w.pidfd >= 0)
-      close(w.pidfd);
+  pthread_mutex_init(&pool.lock, NULL);
+  pthread_cond_init(&pool.freed, NULL);
+  atomic_store(&running, 0);
+  for (int i = 0; i < JCPU_WORKERS_MAX; i++) {
+    wslot *w = &slots[i];
+    pthread_mutex_init(&w->lock, NULL);
+    pool.busy[i] = false;
+    if (w->pid) {
+      close(w->sock);
+      close(w->err);
+      if (w->pidfd >= 0)
+        close(w->pidfd);
+    }
+    slot_clear(w);
   }
-  w.pid = 0;
-  w.pidfd = w.sock = w.err = -1;
-  w.compiles = 0;
-  w.retire = false;
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
-static int worker_start(char *reason, size_t rlen)
+static int worker_start(wslot *w, char *reason, size_t rlen)
 {
   pthread_once(&atfork_once, atfork_register);
   jcpu_target();                /* initialized before fork, never in it */
   /* its private TMPDIR: under $TMPDIR, else /tmp (as libiberty's
   ** choose_tmpdir falls back when TMPDIR is not writable) */
   const char *tmp = getenv("TMPDIR");
-  snprintf(w.dir, sizeof w.dir, "%s/tc-jit-XXXXXX",
+  snprintf(w->dir, sizeof w->dir, "%s/tc-jit-XXXXXX",
            tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(w.dir)) {
-    snprintf(w.dir, sizeof w.dir, "/tmp/tc-jit-XXXXXX");
-    if (!mkdtemp(w.dir)) {
-      say(reason, rlen, "cannot start the compile worker: %s: %s", w.dir,
+  if (!mkdtemp(w->dir)) {
+    snprintf(w->dir, sizeof w->dir, "/tmp/tc-jit-XXXXXX");
+    if (!mkdtemp(w->dir)) {
+      say(reason, rlen, "cannot start the compile worker: %s: %s", w->dir,
           strerror(errno));
       return -1;
     }
@@ -489,7 +572,7 @@ static int worker_start(char *reason, size_t rlen)
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
     say(reason, rlen, "cannot start the compile worker: socketpair: %s",
         strerror(errno));
-    rmdir(w.dir);
+    rmdir(w->dir);
     return -1;
   }
   if (pipe2(ep, O_CLOEXEC) < 0) {
@@ -497,7 +580,7 @@ static int worker_start(char *reason, size_t rlen)
         strerror(errno));
     close(sv[0]);
     close(sv[1]);
-    rmdir(w.dir);
+    rmdir(w->dir);
     return -1;
   }
   /* no thread of ours is inside libgccjit while the child is made */
@@ -507,7 +590,7 @@ static int worker_start(char *reason, size_t rlen)
   if (pid == 0) {
     close(sv[0]);
     close(ep[0]);
-    child_main(sv[1], ep[1], w.dir);
+    child_main(sv[1], ep[1], w->dir);
   }
   int err = errno;
   double fork_ms = tensor_now_ms() - t0;
@@ -519,18 +602,16 @@ static int worker_start(char *reason, size_t rlen)
         strerror(err));
     close(sv[0]);
     close(ep[0]);
-    rmdir(w.dir);
+    rmdir(w->dir);
     return -1;
   }
   fcntl(ep[0], F_SETFL, O_NONBLOCK);
-  w.pid = pid;
-  w.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  w.sock = sv[0];
-  w.err = ep[0];
-  w.ntail = 0;
-  w.compiles = 0;
-  w.growth_kb = 0;
-  w.retire = false;
+  slot_clear(w);
+  atomic_fetch_add(&running, 1);
+  w->pid = pid;
+  w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  w->sock = sv[0];
+  w->err = ep[0];
   if (tensor_log_on(TC_LOG_COMPILE))
     tensor_log(TC_LOG_COMPILE, "compile worker %ld started (fork %.2f ms)",
                (long)pid, fork_ms);
@@ -551,24 +632,24 @@ static double request_until(double deadline)
 
 /* Wait (polling the child's stderr too) until fd is ready for `ev` or the
 ** child is gone. 1 ready, 0 past the deadline, -1 the child is gone. */
-static int wait_ready(int fd, short ev, double deadline)
+static int wait_ready(wslot *w, int fd, short ev, double deadline)
 {
   for (;;) {
     double left = request_until(deadline) - tensor_now_ms();
     if (left <= 0)
       return 0;
-    struct pollfd p[3] = { { fd, ev, 0 }, { w.err, POLLIN, 0 },
-                           { w.pidfd, POLLIN, 0 } };
-    int np = w.pidfd >= 0 ? 3 : 2;
+    struct pollfd p[3] = { { fd, ev, 0 }, { w->err, POLLIN, 0 },
+                           { w->pidfd, POLLIN, 0 } };
+    int np = w->pidfd >= 0 ? 3 : 2;
     /* slices, so an exit that begins meanwhile is seen */
     int r = poll(p, (nfds_t)np, left < 50 ? (int)left + 1 : 50);
     if (r < 0 && errno != EINTR)
       return -1;
     if (p[1].revents)
-      drain_err();
+      drain_err(w);
     if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)) {
-      close(w.err);   /* drained; do not spin on it */
-      w.err = -1;
+      close(w->err);   /* drained; do not spin on it */
+      w->err = -1;
     }
     if (p[0].revents & ev)
       return 1;
@@ -581,10 +662,10 @@ static int wait_ready(int fd, short ev, double deadline)
 
 typedef enum { IO_OK, IO_TIMEOUT, IO_DEAD } io_rc;
 
-static io_rc send_all(const void *p, size_t n, double deadline)
+static io_rc send_all(wslot *w, const void *p, size_t n, double deadline)
 {
   while (n > 0) {
-    ssize_t r = send(w.sock, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t r = send(w->sock, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r > 0) {
       p = (const char *)p + r;
       n -= (size_t)r;
@@ -594,17 +675,17 @@ static io_rc send_all(const void *p, size_t n, double deadline)
       continue;
     if (r < 0 && errno != EAGAIN)
       return IO_DEAD;
-    int ready = wait_ready(w.sock, POLLOUT, deadline);
+    int ready = wait_ready(w, w->sock, POLLOUT, deadline);
     if (ready <= 0)
       return ready == 0 ? IO_TIMEOUT : IO_DEAD;
   }
   return IO_OK;
 }
 
-static io_rc recv_all(void *p, size_t n, double deadline)
+static io_rc recv_all(wslot *w, void *p, size_t n, double deadline)
 {
   while (n > 0) {
-    ssize_t r = recv(w.sock, p, n, MSG_DONTWAIT);
+    ssize_t r = recv(w->sock, p, n, MSG_DONTWAIT);
     if (r > 0) {
       p = (char *)p + r;
       n -= (size_t)r;
@@ -616,7 +697,7 @@ static io_rc recv_all(void *p, size_t n, double deadline)
       continue;
     if (errno != EAGAIN)
       return IO_DEAD;
-    int ready = wait_ready(w.sock, POLLIN, deadline);
+    int ready = wait_ready(w, w->sock, POLLIN, deadline);
     if (ready <= 0)
       return ready == 0 ? IO_TIMEOUT : IO_DEAD;
   }
@@ -625,9 +706,9 @@ static io_rc recv_all(void *p, size_t n, double deadline)
 
 /* One request/answer with the running worker. On success *source is the
 ** dump (malloc'd or NULL) and *ms the child's compile time. */
-static jcpu_status request(const kir_kernel *k, const char *key,
-                           const char *path, char **source, double *ms,
-                           char *reason, size_t rlen)
+static jcpu_status request(wslot *w, const kir_kernel *k, const char *key,
+                           const char *path, jcpu_fault fault, char **source,
+                           double *ms, char *reason, size_t rlen)
 {
   int limit = atomic_load(&timeout_ms);
   if (limit <= 0)
@@ -641,50 +722,50 @@ static jcpu_status request(const kir_kernel *k, const char *key,
   }
   memset(rq, 0, offsetof(wreq, k));
   rq->magic = WMAGIC;
-  rq->fault = (uint32_t)atomic_exchange(&fault_next, JCPU_FAULT_NONE);
+  rq->fault = (uint32_t)fault;
   rq->path_len = (uint32_t)plen;
   rq->limit_ms = (uint32_t)limit;
   snprintf(rq->key, sizeof rq->key, "%s", key);
   kir_copy(&rq->k, k);
-  io_rc io = send_all(rq, sizeof *rq, deadline);
+  io_rc io = send_all(w, rq, sizeof *rq, deadline);
   free(rq);
   if (io == IO_OK)
-    io = send_all(path, plen, deadline);
+    io = send_all(w, path, plen, deadline);
   wresp a;
   if (io == IO_OK)
-    io = recv_all(&a, sizeof a, deadline);
+    io = recv_all(w, &a, sizeof a, deadline);
   if (io == IO_OK && (a.magic != WMAGIC || a.reason_len >= REASON_MAX ||
                       a.source_len > SOURCE_MAX))
     io = IO_DEAD;
   char *text = NULL;
   if (io == IO_OK) {
     text = malloc((size_t)a.reason_len + a.source_len + 2);
-    io = text ? recv_all(text, (size_t)a.reason_len + a.source_len, deadline)
+    io = text ? recv_all(w, text, (size_t)a.reason_len + a.source_len, deadline)
               : IO_DEAD;
   }
   if (io != IO_OK) {
     free(text);
     if (io == IO_TIMEOUT) {
       bool cut = request_until(deadline) < deadline;
-      signal_worker(SIGKILL);
-      worker_reap(0, NULL, 0);
+      signal_worker(w, SIGKILL);
+      worker_reap(w, 0, NULL, 0);
       if (cut)
         say(reason, rlen, "compile cancelled: the process is exiting");
       else
         say(reason, rlen, "compile took longer than %d ms; worker killed",
             limit);
     } else {
-      worker_reap(1000, reason, rlen);
+      worker_reap(w, 1000, reason, rlen);
     }
     return JCPU_E_WORKER;
   }
   /* bounded memory there too: replace it before the next request */
   int nmax = atomic_load(&max_compiles), mb = atomic_load(&max_growth_mb);
-  w.compiles++;
-  if (w.compiles >= (nmax > 0 ? nmax : JCPU_WORKER_MAX_COMPILES) ||
+  w->compiles++;
+  if (w->compiles >= (nmax > 0 ? nmax : JCPU_WORKER_MAX_COMPILES) ||
       a.growth_kb > (int64_t)(mb > 0 ? mb : JCPU_WORKER_MAX_GROWTH_MB) * 1024)
-    w.retire = true;
-  w.growth_kb = a.growth_kb;
+    w->retire = true;
+  w->growth_kb = a.growth_kb;
   *ms = a.ms;
   if (a.status != JCPU_OK) {
     say(reason, rlen, "%.*s", (int)a.reason_len, text);
@@ -720,7 +801,9 @@ jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
     say(reason, rlen, "bad kernel key");
     return JCPU_E_COMPILE;
   }
-  pthread_mutex_lock(&w.lock);
+  wslot *w = slot_take();
+  /* an injected fault belongs to the request that took a slot next */
+  jcpu_fault fault = atomic_exchange(&fault_next, JCPU_FAULT_NONE);
   jcpu_status st = JCPU_E_WORKER;
   char priv[4200];
   const char *path = so_path;
@@ -730,17 +813,17 @@ jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
     say(reason, rlen, "compile cancelled: the process is exiting");
     goto out;
   }
-  if (w.pid && w.retire) {   /* EOF: it cleans up and leaves */
-    shutdown(w.sock, SHUT_WR);
-    worker_reap(500, NULL, 0);
+  if (w->pid && w->retire) {   /* EOF: it cleans up and leaves */
+    shutdown(w->sock, SHUT_WR);
+    worker_reap(w, 500, NULL, 0);
   }
-  if (!w.pid && worker_start(reason, rlen) < 0)
+  if (!w->pid && worker_start(w, reason, rlen) < 0)
     goto out;
   if (!path) {   /* no store: a private file, gone once loaded */
-    snprintf(priv, sizeof priv, "%s/k%u-%s.so", w.dir, w.seq++, key);
+    snprintf(priv, sizeof priv, "%s/k%u-%s.so", w->dir, w->seq++, key);
     path = priv;
   }
-  st = request(k, key, path, &source, &ms, reason, rlen);
+  st = request(w, k, key, path, fault, &source, &ms, reason, rlen);
   if (st == JCPU_OK && (st = jcpu_load(k, key, path, out, reason, rlen)) ==
                        JCPU_OK) {
     jcpu_kernel_adopt(*out, source, ms);
@@ -749,7 +832,7 @@ jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
   if (path == priv)
     unlink(priv);
 out:
-  pthread_mutex_unlock(&w.lock);
+  slot_give(w);
   free(source);
   return st;
 }
@@ -760,17 +843,21 @@ void jcpu_worker_shutdown(int grace_ms)
     atomic_store(&exit_deadline, tensor_now_ms() + grace_ms);
     atomic_store(&exiting, true);
   }
-  /* A request in flight ends by the deadline (then its worker is killed);
-  ** wait for it, but never without bound. */
+  pthread_once(&slots_once, slots_init);
+  /* Requests in flight end by the deadline (then their workers are
+  ** killed); wait for them, but never without bound. */
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += grace_ms / 1000 + 3;
-  if (pthread_mutex_timedlock(&w.lock, &until) != 0)
-    return;
-  if (w.pid) {
-    /* EOF tells an idle worker to clean up and leave */
-    shutdown(w.sock, SHUT_WR);
-    worker_reap(500, NULL, 0);
+  for (int i = 0; i < JCPU_WORKERS_MAX; i++) {
+    wslot *w = &slots[i];
+    if (pthread_mutex_timedlock(&w->lock, &until) != 0)
+      continue;
+    if (w->pid) {
+      /* EOF tells an idle worker to clean up and leave */
+      shutdown(w->sock, SHUT_WR);
+      worker_reap(w, 500, NULL, 0);
+    }
+    pthread_mutex_unlock(&w->lock);
   }
-  pthread_mutex_unlock(&w.lock);
 }

@@ -164,6 +164,8 @@ static void load(void)
   c.jit = env_bool("TC_JIT", true);
   c.jit_worker = env_bool("TC_JIT_WORKER", true);
   c.jit_opt = (int)env_int("TC_JIT_OPT", 3, 0, 3);
+  c.compile_workers = (int)env_int_named("TC_COMPILE_WORKERS", 0,
+                                         "a core each, up to 4", 1, 16);
   const char *isa = env("TC_JIT_ISA");
   if (isa && strcmp(isa, "x86-64") && strcmp(isa, "x86-64-v2") &&
       strcmp(isa, "x86-64-v3") && strcmp(isa, "x86-64-v4"))

@@ -205,6 +205,8 @@ typedef struct {
                               dlopen or a path; "": libgccjit.so.0) */
   bool jit_worker;         /* TC_JIT_WORKER: libgccjit runs in a compile
                               worker process; 0 runs it here, inline (1) */
+  int compile_workers;     /* TC_COMPILE_WORKERS: compile worker processes
+                              at most (0: a core each, up to 4) */
   int threads;             /* TC_THREADS (0: all cores) */
   int spin_us;             /* TC_SPIN_US: how long an idle pool thread
                               spins before it sleeps (50; 0: never) */

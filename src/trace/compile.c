@@ -131,9 +131,49 @@ static char *guards_text(const trace_region *r, bool dynamic)
   return buf;
 }
 
+/* The kernel steps of one plan, fetched or compiled by several threads at
+** once: each takes the next step (trace_kernel_get compiles equal kernels
+** once, and different ones side by side, one compile worker each). */
+typedef struct {
+  fuse_plan *fp;
+  const char *guards;
+  uint64_t region;
+  int device;
+  atomic_int next;            /* the next step to take */
+  char (*why)[256];           /* per step: why it failed */
+} step_work;
+
+static void *steps_fetch(void *arg)
+{
+  step_work *sw = arg;
+  for (;;) {
+    int s = atomic_fetch_add(&sw->next, 1);
+    if (s >= sw->fp->nsteps)
+      return NULL;
+    fuse_step *st = &sw->fp->steps[s];
+    if (st->kind != FSTEP_KERNEL)
+      continue;
+    st->compiled = sw->device == TC_DEV_CUDA
+                   ? trace_cuda_kernel_get(st->k, sw->why[s], sizeof *sw->why)
+                   : (void *)trace_kernel_get(st->k, sw->guards, sw->region,
+                                              sw->why[s], sizeof *sw->why);
+  }
+}
+
+/* Threads to fetch fp's kernels with: one per compile worker, when
+** libgccjit runs in workers (NVRTC and libgccjit in this process compile
+** one kernel at a time), and no more than there are kernels. */
+static int steps_threads(const fuse_plan *fp, int device)
+{
+  if (device == TC_DEV_CUDA || !worker_on())
+    return 1;
+  int n = jcpu_worker_limit(), kernels = fuse_plan_kernels(fp);
+  return n < kernels ? n : kernels > 0 ? kernels : 1;
+}
+
 /* Compile every kernel of plan fp: 0; or 1 when some failed, with *eager
 ** (allocated) marking the region nodes they compute and reason the first
-** failure's; or -1 with reason (out of memory). */
+** failure's (in step order); or -1 with reason (out of memory). */
 static int plan_compile(fuse_plan *fp, int device, const char *guards,
                         uint64_t region, bool **eager, char *reason,
                         size_t rlen)
@@ -142,27 +182,37 @@ static int plan_compile(fuse_plan *fp, int device, const char *guards,
   ** function belongs to the memo, for the process's life. */
   fp->compiled_free = device == TC_DEV_CUDA ? NULL : trace_kernel_put;
   *eager = NULL;
-  char why[256];
+  step_work sw = { fp, guards, region, device, 0,
+                   calloc((size_t)fp->nsteps + 1, sizeof *sw.why) };
+  if (!sw.why) {
+    snprintf(reason, rlen, "out of memory");
+    return -1;
+  }
+  pthread_t helper[JCPU_WORKERS_MAX];
+  int nhelpers = 0, want = steps_threads(fp, device) - 1;
+  while (nhelpers < want &&
+         pthread_create(&helper[nhelpers], NULL, steps_fetch, &sw) == 0)
+    nhelpers++;
+  steps_fetch(&sw);
+  for (int i = 0; i < nhelpers; i++)
+    pthread_join(helper[i], NULL);
   for (int s = 0; s < fp->nsteps; s++) {
     fuse_step *st = &fp->steps[s];
-    if (st->kind != FSTEP_KERNEL)
-      continue;
-    st->compiled = device == TC_DEV_CUDA
-                   ? trace_cuda_kernel_get(st->k, why, sizeof why)
-                   : (void *)trace_kernel_get(st->k, guards, region, why,
-                                              sizeof why);
-    if (st->compiled)
+    if (st->kind != FSTEP_KERNEL || st->compiled)
       continue;
     if (!trace_kernels_exiting())   /* a compile cut by exit failed nothing */
       eager_count(ST_COMPILE_FAILURES);
     if (!*eager) {
-      snprintf(reason, rlen, "%s", why);
-      if (!(*eager = calloc((size_t)fp->nregion + 1, sizeof **eager)))
+      snprintf(reason, rlen, "%s", sw.why[s]);
+      if (!(*eager = calloc((size_t)fp->nregion + 1, sizeof **eager))) {
+        free(sw.why);
         return -1;
+      }
     }
     for (int i = 0; i < st->norig; i++)
       (*eager)[st->orig[i]] = true;
   }
+  free(sw.why);
   return *eager ? 1 : 0;
 }
 

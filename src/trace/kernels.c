@@ -7,6 +7,7 @@
 ** worker (jit_cpu.h).
 */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,10 +20,14 @@ static bool debug_on(void) { return tensor_cfg()->debug; }
 
 struct trace_kernel {
   char key[STORE_KEY_LEN + 1];
-  jcpu_kernel *jk;              /* owned */
-  int refs;                     /* the table's while in it, and one per
-                                   plan step that uses it (under ktab_lock) */
+  jcpu_kernel *jk;              /* owned; NULL while being made */
+  int refs;                     /* the table's while in it, one per plan
+                                   step that uses it, one per thread waiting
+                                   for it (under ktab_lock) */
   bool in_table;
+  bool making;                  /* a thread loads or compiles it now, with
+                                   ktab_lock released; others wait (made) */
+  char failed[256];             /* why making it failed (for the waiters) */
   uint64_t last_use;            /* the table's clock at the last lookup */
   struct trace_kernel *next;
 };
@@ -30,12 +35,13 @@ struct trace_kernel {
 typedef struct trace_kernel kentry;
 
 static pthread_mutex_t ktab_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t made = PTHREAD_COND_INITIALIZER;   /* making ends */
 static kentry *ktab[TUNE_KERNEL_BUCKETS];
 _Static_assert(TUNE_KERNEL_BUCKETS == 256,
                "a kernel's bucket is its key's first two hex digits");
 static int ktab_count;          /* entries in the table */
 static uint64_t ktab_clock;
-static bool store_warned;
+static atomic_bool store_warned;
 
 /* Drop one reference (ktab_lock held); the last one unloads the kernel.
 ** Plans run under the trace lock and are freed under it, so no thread is
@@ -55,26 +61,36 @@ void trace_kernel_put(void *p)
   pthread_mutex_unlock(&ktab_lock);
 }
 
+/* Take the entry at *at out of the table (ktab_lock held); the table's
+** reference is the caller's to drop. */
+static kentry *ktab_unlink_locked(kentry **at)
+{
+  kentry *e = *at;
+  *at = e->next;
+  e->in_table = false;
+  ktab_count--;
+  return e;
+}
+
 /* Keep the table under TC_KERNELS_MAX entries: the least recently looked
-** up leave it (and are unloaded once no plan uses them). */
+** up leave it (and are unloaded once no plan uses them); entries being
+** made stay. */
 static void ktab_trim_locked(void)
 {
   while (ktab_count >= tensor_cfg()->kernels_max) {
     kentry **victim = NULL;
     for (int b = 0; b < TUNE_KERNEL_BUCKETS; b++)
       for (kentry **p = &ktab[b]; *p; p = &(*p)->next)
-        if (!victim || (*p)->last_use < (*victim)->last_use)
+        if (!(*p)->making &&
+            (!victim || (*p)->last_use < (*victim)->last_use))
           victim = p;
     if (!victim)
       return;
     kentry *e = *victim;
-    *victim = e->next;
-    e->in_table = false;
-    ktab_count--;
     if (tensor_log_on(TC_LOG_CACHE))
       tensor_log(TC_LOG_CACHE, "kernel %.12s leaves the table "
                  "(TC_KERNELS_MAX %d)", e->key, tensor_cfg()->kernels_max);
-    kentry_put_locked(e);
+    kentry_put_locked(ktab_unlink_locked(victim));
   }
 }
 
@@ -168,6 +184,7 @@ static struct {
   pthread_mutex_t lock;
   pthread_cond_t done;
   int inflight;
+  double since;               /* when inflight last became nonzero (ms) */
   bool exiting;
 } ex = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
@@ -175,7 +192,8 @@ static bool compile_begin(void)
 {
   pthread_mutex_lock(&ex.lock);
   bool ok = !ex.exiting;
-  ex.inflight += ok;
+  if (ok && ex.inflight++ == 0)
+    ex.since = tensor_now_ms();
   pthread_mutex_unlock(&ex.lock);
   return ok;
 }
@@ -183,8 +201,10 @@ static bool compile_begin(void)
 static void compile_end(void)
 {
   pthread_mutex_lock(&ex.lock);
-  if (--ex.inflight == 0)
+  if (--ex.inflight == 0) {
+    eager_add_compile_wall_ms(tensor_now_ms() - ex.since);
     pthread_cond_broadcast(&ex.done);
+  }
   pthread_mutex_unlock(&ex.lock);
 }
 
@@ -227,28 +247,14 @@ static bool worker_on(void) { return tensor_cfg()->jit_worker; }
 _Static_assert(sizeof JCPU_KEY_MARKER == sizeof STORE_KEY_MARKER,
                "key markers differ");
 
-trace_kernel *trace_kernel_get(const kir_kernel *k,
-                               const char *guards, uint64_t region,
-                               char *reason, size_t rlen)
+/* Load kernel k (key, canonical IR ir) from the disk store, or compile it
+** (entering it into the store): the kernel, or NULL with reason. Runs
+** without ktab_lock, on as many threads as are making kernels. */
+static jcpu_kernel *kernel_make(const kir_kernel *k, const char *key,
+                                const char *ir, const char *guards,
+                                uint64_t region, char *reason, size_t rlen)
 {
-  char *ir = kir_text(k);
-  if (!ir) {
-    snprintf(reason, rlen, "out of memory");
-    return NULL;
-  }
-  char key[STORE_KEY_LEN + 1];
-  store_key(ir, "cpu", jcpu_target(), jcpu_compiler_version(), key);
-  unsigned b = (unsigned)strtoul((char[]){ key[0], key[1], 0 }, NULL, 16);
-  pthread_mutex_lock(&ktab_lock);
   jcpu_kernel *jk = NULL;
-  kentry *e = ktab[b];
-  while (e && strcmp(e->key, key) != 0)
-    e = e->next;
-  if (e) {
-    e->last_use = ++ktab_clock;
-    e->refs++;   /* the caller's */
-    goto out;
-  }
   trace_store_open();
   char path[4096];
   store_meta m;
@@ -264,86 +270,144 @@ trace_kernel *trace_kernel_get(const kir_kernel *k,
     }
     store_meta_free(&m);
   }
-  if (!jk && !compile_begin()) {
+  if (jk)
+    return jk;
+  if (!compile_begin()) {
     snprintf(reason, rlen, "compile cancelled: the process is exiting");
+    return NULL;
+  }
+  double t0 = tensor_now_ms();
+  jcpu_status rc;
+  bool to_disk = store_is_open() &&
+                 store_tmp_path(key, path, sizeof path) == 0;
+  if (worker_on())   /* libgccjit runs in the compile worker */
+    rc = jcpu_worker_compile(k, key, to_disk ? path : NULL, &jk, reason,
+                             rlen);
+  else
+    rc = to_disk ? jcpu_compile_to_file(k, key, path, &jk, reason, rlen)
+                 : jcpu_compile(k, &jk, reason, rlen);
+  if (to_disk && (rc == JCPU_E_COMPILE || rc == JCPU_E_LOAD)) {
+    /* A full or read-only disk fails the compile to file: compile the
+    ** same kernel to a private file or in memory (principle 5), and say
+    ** so once. Not after JCPU_E_WORKER: a worker that died or hung on
+    ** this kernel would only do it again. */
+    char why[256];
+    snprintf(why, sizeof why, "%s", reason);
+    unlink(path);
+    to_disk = false;
+    rc = worker_on()
+           ? jcpu_worker_compile(k, key, NULL, &jk, reason, rlen)
+           : jcpu_compile(k, &jk, reason, rlen);
+    if (rc == JCPU_OK && !atomic_exchange(&store_warned, true))
+      tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s: %s); "
+                 "kernels stay in memory", store_root(), why);
+  }
+  double ms = tensor_now_ms() - t0;
+  eager_add_compile_ms(ms);
+  if (rc != JCPU_OK) {
+    if (to_disk)
+      unlink(path);
+    compile_end();
+    return NULL;
+  }
+  eager_count(ST_KERNELS_COMPILED);
+  if (tensor_log_on(TC_LOG_COMPILE))
+    tensor_log(TC_LOG_COMPILE, "kernel %.12s: %.1f ms, %.1f in libgccjit "
+               "(%s, %s, %d instructions)", key, ms,
+               jcpu_last_compile_ms(jk), jcpu_target(),
+               k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
+  if (to_disk) {
+    trace_meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
+    snprintf(m.backend, sizeof m.backend, "cpu");
+    snprintf(m.target, sizeof m.target, "%s", jcpu_target());
+    snprintf(m.compiler, sizeof m.compiler, "%s", jcpu_compiler_version());
+    if (store_put(key, path, &m) < 0) {
+      unlink(path);
+      if (!atomic_exchange(&store_warned, true))   /* principle 5: one
+                                                       line, even unasked */
+        tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s); "
+                   "kernels stay in memory", store_root());
+    }
+  }
+  compile_end();
+  if (debug_on()) {
+    fprintf(stderr, "tc[debug]: kernel %s IR:\n%s", key, ir);
+    jcpu_dump_source(jk, stderr);
+  }
+  return jk;
+}
+
+/* The entry's kernel once no thread is making it (ktab_lock held; the
+** caller holds a reference): its jk, or NULL with the maker's reason. */
+static jcpu_kernel *kentry_wait_locked(kentry *e, char *reason, size_t rlen)
+{
+  while (e->making)
+    pthread_cond_wait(&made, &ktab_lock);
+  if (!e->jk)
+    snprintf(reason, rlen, "%s", e->failed);
+  return e->jk;
+}
+
+/* Equal kernels (one key) are made once: the first thread to miss enters
+** an entry being made and makes it with the table unlocked, so kernels
+** with other keys load and compile side by side (one compile worker
+** each); a thread asking for the same key meanwhile waits for the maker
+** and shares its kernel, or its failure. A failed entry leaves the table,
+** so a later request tries again. */
+trace_kernel *trace_kernel_get(const kir_kernel *k,
+                               const char *guards, uint64_t region,
+                               char *reason, size_t rlen)
+{
+  char *ir = kir_text(k);
+  if (!ir) {
+    snprintf(reason, rlen, "out of memory");
+    return NULL;
+  }
+  char key[STORE_KEY_LEN + 1];
+  store_key(ir, "cpu", jcpu_target(), jcpu_compiler_version(), key);
+  unsigned b = (unsigned)strtoul((char[]){ key[0], key[1], 0 }, NULL, 16);
+  pthread_mutex_lock(&ktab_lock);
+  kentry *e = ktab[b];
+  while (e && strcmp(e->key, key) != 0)
+    e = e->next;
+  if (e) {
+    e->last_use = ++ktab_clock;
+    e->refs++;   /* the caller's */
+    if (!kentry_wait_locked(e, reason, rlen)) {
+      kentry_put_locked(e);
+      e = NULL;
+    }
     goto out;
   }
-  if (!jk) {
-    double t0 = tensor_now_ms();
-    jcpu_status rc;
-    bool to_disk = store_is_open() &&
-                   store_tmp_path(key, path, sizeof path) == 0;
-    if (worker_on())   /* libgccjit runs in the compile worker */
-      rc = jcpu_worker_compile(k, key, to_disk ? path : NULL, &jk, reason,
-                               rlen);
-    else
-      rc = to_disk ? jcpu_compile_to_file(k, key, path, &jk, reason, rlen)
-                   : jcpu_compile(k, &jk, reason, rlen);
-    if (to_disk && (rc == JCPU_E_COMPILE || rc == JCPU_E_LOAD)) {
-      /* A full or read-only disk fails the compile to file: compile the
-      ** same kernel to a private file or in memory (principle 5), and say
-      ** so once. Not after JCPU_E_WORKER: a worker that died or hung on
-      ** this kernel would only do it again. */
-      char why[256];
-      snprintf(why, sizeof why, "%s", reason);
-      unlink(path);
-      to_disk = false;
-      rc = worker_on()
-             ? jcpu_worker_compile(k, key, NULL, &jk, reason, rlen)
-             : jcpu_compile(k, &jk, reason, rlen);
-      if (rc == JCPU_OK && !store_warned)
-        tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s: %s); "
-                   "kernels stay in memory", store_root(), why);
-      store_warned |= rc == JCPU_OK;
-    }
-    double ms = tensor_now_ms() - t0;
-    eager_add_compile_ms(ms);
-    if (rc != JCPU_OK) {
-      if (to_disk)
-        unlink(path);
-      compile_end();
-      jk = NULL;
-      goto out;
-    }
-    eager_count(ST_KERNELS_COMPILED);
-    if (tensor_log_on(TC_LOG_COMPILE))
-      tensor_log(TC_LOG_COMPILE, "kernel %.12s: %.1f ms, %.1f in libgccjit "
-                 "(%s, %s, %d instructions)", key, ms,
-                 jcpu_last_compile_ms(jk), jcpu_target(),
-                 k->kind == KIR_MAP ? "map" : "rows", k->ninstrs);
-    if (to_disk) {
-      trace_meta_fill(&m, k, ir, jcpu_source(jk), guards, ms, region);
-      snprintf(m.backend, sizeof m.backend, "cpu");
-      snprintf(m.target, sizeof m.target, "%s", jcpu_target());
-      snprintf(m.compiler, sizeof m.compiler, "%s", jcpu_compiler_version());
-      if (store_put(key, path, &m) < 0) {
-        unlink(path);
-        if (!store_warned)   /* principle 5: one line, even unasked */
-          tensor_log(TC_LOG_CACHE, "cannot write the disk store (%s); "
-                     "kernels stay in memory", store_root());
-        store_warned = true;
-      }
-    }
-    compile_end();
-    if (debug_on()) {
-      fprintf(stderr, "tc[debug]: kernel %s IR:\n%s", key, ir);
-      jcpu_dump_source(jk, stderr);
-    }
-  }
-  if (!(e = malloc(sizeof *e))) {
-    jcpu_free(jk);
+  if (!(e = calloc(1, sizeof *e))) {
     snprintf(reason, rlen, "out of memory");
     goto out;
   }
   ktab_trim_locked();
   memcpy(e->key, key, sizeof e->key);
-  e->jk = jk;
   e->refs = 2;   /* the table's and the caller's */
   e->in_table = true;
+  e->making = true;
   e->last_use = ++ktab_clock;
   e->next = ktab[b];
   ktab[b] = e;
   ktab_count++;
+  pthread_mutex_unlock(&ktab_lock);
+  jcpu_kernel *jk = kernel_make(k, key, ir, guards, region, reason, rlen);
+  pthread_mutex_lock(&ktab_lock);
+  e->making = false;
+  e->jk = jk;
+  pthread_cond_broadcast(&made);
+  if (!jk) {
+    snprintf(e->failed, sizeof e->failed, "%s", reason);
+    for (kentry **p = &ktab[b]; e->in_table && *p; p = &(*p)->next)
+      if (*p == e) {
+        ktab_unlink_locked(p)->refs--;   /* the table's: not the last */
+        break;
+      }
+    kentry_put_locked(e);
+    e = NULL;
+  }
 out:
   pthread_mutex_unlock(&ktab_lock);
   free(ir);

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #include "jit_cpu.h"
 #include "eager.h"
 #include "../../src/cache/store.h"
+#include "exp_kernel.h"
 
 #define KEY_A "0123456789abcdef0123456789abcdef"
 #define KEY_B "fedcba9876543210fedcba9876543210"
@@ -49,28 +51,6 @@ static double now_ms(void)
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* out = exp(x) * c + x over n f32 (c a constant, so each c is its own
-** kernel). */
-static kir_kernel *kernel(int64_t n, double c)
-{
-  kir_kernel *k = calloc(1, sizeof *k);
-  assert_non_null(k);
-  k->kind = KIR_MAP;
-  k->ndim = 1;
-  k->size[0] = n;
-  k->nbufs = 2;
-  k->buf[0] = (kir_buf){ .role = KIR_IN, .dtype = TC_F32, .stride = { 1 } };
-  k->buf[1] = (kir_buf){ .role = KIR_OUT, .dtype = TC_F32, .stride = { 1 } };
-  int x = kir_load(k, 0);
-  int e = kir_emit(k, KOP_EXP, TC_F32, x, -1, -1);
-  int m = kir_emit(k, KOP_MUL, TC_F32, e, kir_const(k, TC_F32, c), -1);
-  int a = kir_emit(k, KOP_ADD, TC_F32, m, x, -1);
-  assert_true(a >= 0);
-  k->npasses = 1;
-  k->pass[0] = (kir_pass){ KIR_PASS_STORE, 0, 1, a, -1 };
-  return k;
 }
 
 /* Compile in the worker; fails the test unless it works. */
@@ -135,7 +115,7 @@ static bool alive(long pid) { return pid > 0 && kill((pid_t)pid, 0) == 0; }
 ** a fresh one. */
 static void fresh_worker(void)
 {
-  kir_kernel *k = kernel(99, 1.5);
+  kir_kernel *k = exp_kernel(99, 1.5);
   char why[256];
   jcpu_worker_fault_next(JCPU_FAULT_KILL);
   jcpu_kernel *jk = NULL;
@@ -150,7 +130,7 @@ static void fresh_worker(void)
 static void test_worker_kernel_equals_eager(void **state)
 {
   (void)state;
-  kir_kernel *k = kernel(100003, 2.0);
+  kir_kernel *k = exp_kernel(100003, 2.0);
   jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
   assert_true(jcpu_worker_pid() > 0);
   assert_true(jcpu_worker_pid() != getpid());
@@ -168,7 +148,7 @@ static void test_worker_kernel_equals_eager(void **state)
 static void test_worker_private_files(void **state)
 {
   (void)state;
-  kir_kernel *k = kernel(1000, 3.0);
+  kir_kernel *k = exp_kernel(1000, 3.0);
   jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
   char names[8][256], sub[600];
   assert_int_equal(list_dir(tmpdir, names, 8), 1);   /* tc-jit-XXXXXX */
@@ -188,7 +168,7 @@ static void test_worker_artifact_key(void **state)
   char dir[] = "/tmp/tc-test-worker-XXXXXX", path[128];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/k.so", dir);
-  kir_kernel *k = kernel(5000, 4.0);
+  kir_kernel *k = exp_kernel(5000, 4.0);
   jcpu_kernel *jk = wcompile(k, KEY_A, path);
   check_runs(jk, k, 4.0);
   jcpu_free(jk);
@@ -248,7 +228,7 @@ static void exit_handler(void)
 static void fault_case(jcpu_fault kind, const char *want, char *why,
                        size_t len)
 {
-  kir_kernel *k = kernel(777, 5.0);
+  kir_kernel *k = exp_kernel(777, 5.0);
   jcpu_kernel *jk = wcompile(k, KEY_A, NULL);   /* a worker is running */
   jcpu_free(jk);
   long before = jcpu_worker_pid();
@@ -335,7 +315,7 @@ static int restore_timeout(void **state)
 static void test_worker_fds(void **state)
 {
   (void)state;
-  kir_kernel *k = kernel(999, 6.0);
+  kir_kernel *k = exp_kernel(999, 6.0);
   fresh_worker();
   int p[2];
   assert_int_equal(pipe(p), 0);   /* inheritable, as a user's might be */
@@ -367,7 +347,7 @@ static void test_worker_fds(void **state)
 static void test_worker_limits(void **state)
 {
   (void)state;
-  kir_kernel *k = kernel(555, 7.0);
+  kir_kernel *k = exp_kernel(555, 7.0);
   fresh_worker();
   jcpu_worker_set_limits(2, 0);
   jcpu_free(wcompile(k, KEY_A, NULL));
@@ -400,7 +380,7 @@ static void test_worker_parent_dies(void **state)
   if (child == 0) {
     close(p[0]);
     setenv("TMPDIR", dir, 1);
-    kir_kernel *k = kernel(100, 8.0);
+    kir_kernel *k = exp_kernel(100, 8.0);
     jcpu_kernel *jk = NULL;
     char why[256];
     if (jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why) != JCPU_OK)
@@ -431,7 +411,7 @@ static void test_worker_parent_dies(void **state)
 static void test_worker_unsupported(void **state)
 {
   (void)state;
-  kir_kernel *k = kernel(10, 1.0);
+  kir_kernel *k = exp_kernel(10, 1.0);
   k->buf[0].dtype = k->buf[1].dtype = TC_I32;
   int x = kir_load(k, 0);
   k->pass[0].value = kir_emit(k, KOP_DIV, TC_I32, x, x, -1);
@@ -442,18 +422,95 @@ static void test_worker_unsupported(void **state)
   assert_non_null(strstr(why, "unsupported kernel: "));
   jcpu_fail_next(1);   /* the injection applies to worker compiles too */
   free(k);
-  k = kernel(10, 1.0);
+  k = exp_kernel(10, 1.0);
   assert_int_equal(jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why),
                    JCPU_E_COMPILE);
   assert_string_equal(why, "injected compile failure");
   free(k);
 }
 
+/* -- The pool ------------------------------------------------------------------ */
+
+/* A compile on another thread that hangs (injected) until the deadline. */
+typedef struct {
+  jcpu_status st;
+  char why[256];
+  double end;
+} hung;
+
+static void *compile_hung(void *arg)
+{
+  hung *h = arg;
+  kir_kernel *k = exp_kernel(77, 7.0);
+  jcpu_kernel *jk = NULL;
+  h->st = jcpu_worker_compile(k, KEY_B, NULL, &jk, h->why, sizeof h->why);
+  h->end = now_ms();
+  jcpu_free(jk);
+  free(k);
+  return NULL;
+}
+
+/* While one worker hangs on a request, a second request: with a pool of
+** two it gets a worker of its own and finishes (right) long before the
+** hung one is killed; with a pool of one it waits for the slot, and only
+** then compiles (right, in the slot's new worker). */
+static void pool_case(int size, int want_running)
+{
+  jcpu_worker_set_max(size);
+  jcpu_worker_set_timeout(3000);
+  fresh_worker();
+  int before = jcpu_worker_running();
+  jcpu_worker_fault_next(JCPU_FAULT_HANG);
+  hung h = { .st = JCPU_OK };
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, compile_hung, &h), 0);
+  /* the fault is bound once the hung request holds a slot, which its
+  ** worker's start shows */
+  double t0 = now_ms();
+  while (jcpu_worker_running() == before && now_ms() - t0 < 10000)
+    nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+  assert_int_equal(jcpu_worker_running(), before + 1);
+  kir_kernel *k = exp_kernel(4096, 8.0);
+  jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
+  double end = now_ms();
+  assert_int_equal(jcpu_worker_running(), want_running);
+  check_runs(jk, k, 8.0);
+  jcpu_free(jk);
+  free(k);
+  pthread_join(t, NULL);
+  assert_int_equal(h.st, JCPU_E_WORKER);
+  assert_string_equal(h.why, "compile took longer than 3000 ms; worker "
+                      "killed");
+  if (size > 1)
+    assert_true(end < h.end);    /* side by side */
+  else
+    assert_true(end >= h.end);   /* after the slot came free */
+  jcpu_worker_set_timeout(0);
+}
+
+static void test_worker_pool(void **state)
+{
+  (void)state;
+  /* one slot: the hung worker is killed, then the slot starts another */
+  pool_case(1, 1);
+  /* two: slot 0's worker hangs (then is killed), slot 1's compiles */
+  pool_case(2, 2);
+  jcpu_worker_set_max(0);
+}
+
+static int restore_pool(void **state)
+{
+  (void)state;
+  jcpu_worker_set_max(0);
+  jcpu_worker_set_timeout(0);
+  return 0;
+}
+
 /* Last: after shutdown no worker runs or starts, and TMPDIR is empty. */
 static void test_worker_shutdown(void **state)
 {
   (void)state;
-  kir_kernel *k = kernel(321, 9.0);
+  kir_kernel *k = exp_kernel(321, 9.0);
   jcpu_free(wcompile(k, KEY_A, NULL));
   long pid = jcpu_worker_pid();
   jcpu_worker_shutdown(1000);
@@ -493,6 +550,7 @@ int main(void)
     cmocka_unit_test(test_worker_limits),
     cmocka_unit_test(test_worker_parent_dies),
     cmocka_unit_test(test_worker_unsupported),
+    cmocka_unit_test_teardown(test_worker_pool, restore_pool),
     cmocka_unit_test(test_worker_shutdown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

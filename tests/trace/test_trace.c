@@ -5,6 +5,7 @@
 ** eager ones do, so expected values come from eager runs of the same code
 ** (compile off) and from hand-worked values.
 */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,8 @@
 
 #include "../../src/trace/trace.h"
 #include "../../src/guards/guards.h"
+#include "../../src/trace/compile_int.h"
+#include "../jit_cpu/exp_kernel.h"
 
 static char *logbuf;
 static size_t loglen;
@@ -476,6 +479,87 @@ static void test_trace_compile_failure_falls_back(void **state)
   tc_release(w);
 }
 
+/* -- The kernel table across threads ------------------------------------ */
+
+typedef struct {
+  const kir_kernel *k;
+  trace_kernel *got;
+  char why[256];
+} kernel_ask;
+
+static void *ask_kernel(void *arg)
+{
+  kernel_ask *a = arg;
+  a->got = trace_kernel_get(a->k, NULL, 0, a->why, sizeof a->why);
+  return NULL;
+}
+
+/* Threads asking for kernels at once: each distinct kernel is compiled
+** once, and every thread asking for it gets that one entry; one that
+** fails (an injected hang past the deadline) fails every thread that
+** waited for it, with its reason, after one deadline rather than one each;
+** the failed kernel leaves the table, so the next request compiles it. */
+static void test_trace_kernel_table_threads(void **state)
+{
+  (void)state;
+  enum { N = 6 };
+  kir_kernel *k[2] = { exp_kernel(1000, 1.25), exp_kernel(1000, 2.5) };
+  kernel_ask ask[N];
+  pthread_t t[N];
+  tc_stats s0, s1;
+  tc_stats_get(&s0);
+  for (int i = 0; i < N; i++) {
+    ask[i] = (kernel_ask){ .k = k[i % 2] };
+    assert_int_equal(pthread_create(&t[i], NULL, ask_kernel, &ask[i]), 0);
+  }
+  for (int i = 0; i < N; i++)
+    pthread_join(t[i], NULL);
+  tc_stats_get(&s1);
+  assert_int_equal(s1.kernels_compiled - s0.kernels_compiled, 2);
+  /* the clock's share: more than nothing, no more than the two compiles'
+  ** times (plus the bookkeeping around them) */
+  double wall = s1.compile_wall_ms - s0.compile_wall_ms;
+  assert_true(wall > 0);
+  assert_true(wall <= s1.compile_ms - s0.compile_ms + 50);
+  for (int i = 0; i < N; i++) {
+    assert_non_null(ask[i].got);
+    assert_ptr_equal(ask[i].got, ask[i % 2].got);
+    assert_non_null(trace_kernel_code(ask[i].got));
+  }
+  assert_ptr_not_equal(ask[0].got, ask[1].got);
+  for (int i = 0; i < N; i++)
+    trace_kernel_put(ask[i].got);
+
+  kir_kernel *hang = exp_kernel(1000, 3.75);
+  jcpu_worker_set_timeout(2000);
+  jcpu_worker_fault_next(JCPU_FAULT_HANG);
+  double t0 = tensor_now_ms();
+  for (int i = 0; i < N; i++) {
+    ask[i] = (kernel_ask){ .k = hang };
+    assert_int_equal(pthread_create(&t[i], NULL, ask_kernel, &ask[i]), 0);
+  }
+  for (int i = 0; i < N; i++)
+    pthread_join(t[i], NULL);
+  double ms = tensor_now_ms() - t0;
+  jcpu_worker_set_timeout(0);
+  for (int i = 0; i < N; i++) {
+    assert_null(ask[i].got);
+    assert_string_equal(ask[i].why, "compile took longer than 2000 ms; "
+                        "worker killed");
+  }
+  assert_true(ms < 2 * 2000);   /* one deadline, shared */
+  tc_stats_get(&s0);
+  char why[256];
+  trace_kernel *again = trace_kernel_get(hang, NULL, 0, why, sizeof why);
+  assert_non_null(again);
+  tc_stats_get(&s1);
+  assert_int_equal(s1.kernels_compiled - s0.kernels_compiled, 1);
+  trace_kernel_put(again);
+  free(hang);
+  free(k[0]);
+  free(k[1]);
+}
+
 /* -- Small regions run every iteration ------------------------------------ */
 
 /* W9's program: a chain of 25 pointwise ops whose result is read every
@@ -806,6 +890,8 @@ int main(void)
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_compile_failure_falls_back,
                                     setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_kernel_table_threads, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_trace_dynamic_layouts_derived,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(
