@@ -110,18 +110,21 @@ tc_tensor *tc_keep(tc_tensor *t)
 
 /* Release the program's reference a slot stands for. If the program
 ** released its last reference on another thread, that reference passed
-** to the slot: drop it. */
+** to the slot: drop it. The slot is let go before its user reference
+** (release order): a tc_release on another thread that then takes the
+** last user reference (acquire) sees no slot and drops its own; one that
+** took it before saw the slot and passed its reference here. */
 static void release_slot(tc_tensor *t)
 {
-  int u = atomic_load_explicit(&t->user_refs, memory_order_relaxed);
-  if (u == 1)   /* the slot's is the program's only one: nobody races us */
-    atomic_store_explicit(&t->user_refs, u = 0, memory_order_relaxed);
-  while (u > 0 && !atomic_compare_exchange_weak_explicit(
-                    &t->user_refs, &u, u - 1, memory_order_relaxed,
-                    memory_order_relaxed))
-    ;
   t->scope_slot = -1;
   t->scope_owner = 0;
+  int u = atomic_load_explicit(&t->user_refs, memory_order_relaxed);
+  if (u == 1)   /* the slot's is the program's only one: nobody races us */
+    atomic_store_explicit(&t->user_refs, u = 0, memory_order_release);
+  while (u > 0 && !atomic_compare_exchange_weak_explicit(
+                    &t->user_refs, &u, u - 1, memory_order_release,
+                    memory_order_relaxed))
+    ;
   tensor_unref(t);
 }
 

@@ -415,8 +415,10 @@ void tc_release(tc_tensor *t)
       return;
     }
   } while (!atomic_compare_exchange_weak_explicit(
-             &t->user_refs, &u, u - 1, memory_order_relaxed,
+             &t->user_refs, &u, u - 1, memory_order_acquire,
              memory_order_relaxed));
+  /* the last user reference, still in a scope: its slot drops it (scope.c's
+  ** release_slot, whose slot and owner this acquire orders) */
   if (u == 1 && t->scope_slot >= 0 && !tensor_scope_forget(t))
     return;
   tensor_unref(t);

@@ -175,10 +175,27 @@ typedef struct {
   void (*unlock)(void);
 } tensor_trace_hooks;
 extern tensor_trace_hooks tensor_hooks;
+/* A lazy handle may be shared between threads (tc.h) and becomes
+** materialized under trace's lock: trace_handle_bind sets its storage and
+** offset, then publishes lazy = NULL and the keys without TC_KEY_TRACE
+** (release). A thread that decides from either without that lock whether
+** the tensor is still lazy reads them with these (acquire), so once it
+** sees the tensor materialized it sees its storage and offset too. */
+static inline void *tensor_lazy(const tc_tensor *t)
+{
+  return __atomic_load_n(&t->lazy, __ATOMIC_ACQUIRE);
+}
+
+static inline uint32_t tensor_keys(const tc_tensor *t)
+{
+  return __atomic_load_n(&t->keys, __ATOMIC_ACQUIRE);
+}
+
 /* Make t readable (materialized, no pending writes); 0 or -1. */
 static inline int tensor_make_readable(tc_tensor *t)
 {
-  if ((t->lazy || (t->storage && t->storage->pending)) && tensor_hooks.realize)
+  if ((tensor_lazy(t) || (t->storage && t->storage->pending)) &&
+      tensor_hooks.realize)
     return tensor_hooks.realize(t);
   return 0;
 }

@@ -278,9 +278,12 @@ void trace_handle_bind(tc_tensor *h, tc_tensor *v)
   h->storage = v->storage;
   atomic_fetch_add(&v->storage->refs, 1);
   h->offset += v->offset;
-  h->lazy = NULL;
   h->lazy_replay = 0;
-  h->keys &= (uint8_t)~TC_KEYSET(TC_KEY_TRACE);   /* autograd's stays */
+  /* published last: another thread that reads h without the trace lock
+  ** (tensor_lazy, tensor_keys) sees it materialized only with the above */
+  __atomic_store_n(&h->lazy, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->keys, (uint8_t)(h->keys & ~TC_KEYSET(TC_KEY_TRACE)),
+                   __ATOMIC_RELEASE);   /* autograd's stays */
 }
 
 /* Bind every handle of n to its computed value v (contiguous). */

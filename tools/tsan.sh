@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tsan.sh [BUILD] -- the tests that share tc between threads, built with
+# ThreadSanitizer and run in both modes: test_threads (the API's threading
+# contract: tensors shared, released on other threads, lazy ones of compile
+# mode included), test_trace (the kernel table asked from many threads)
+# and test_worker (the compile worker pool). Prints each run's data races
+# and exits 1 when any was found. Not part of tests/run-all.sh (the build
+# takes minutes here); run it after a change to locking, refcounts, scopes
+# or the compile path. BUILD defaults to build-tsan.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build-tsan}
+if [ ! -f "$dir/build.ninja" ]; then
+  meson setup "$dir" -Dbuildtype=debugoptimized -Db_sanitize=thread \
+    -Db_lundef=false >/dev/null || exit 2
+fi
+ninja -C "$dir" tests/test_threads tests/test_trace tests/test_worker \
+  >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0} TC_CACHE=0
+races=0
+run() {   # run NAME ENV... -- BINARY
+  local name=$1 log n; shift
+  log=$(mktemp /tmp/tc-tsan.XXXXXX)
+  env "$@" >"$log" 2>&1
+  local rc=$?
+  n=$(grep -c 'WARNING: ThreadSanitizer' "$log")
+  echo "$name: exit $rc, $n data race(s)"
+  if [ "$n" -gt 0 ] || [ "$rc" -ne 0 ]; then
+    grep -A3 '^SUMMARY\|^  \(Read\|Write\|Atomic\|Previous\)' "$log" | head -40
+    races=$((races + n + (rc != 0)))
+  fi
+  rm -f "$log"
+}
+run "threads, eager"    TC_COMPILE=0 "$dir/tests/test_threads"
+run "threads, compiled" TC_COMPILE=1 "$dir/tests/test_threads"
+run "trace"             TC_ASYNC=0 "$dir/tests/test_trace"
+run "worker"            TC_ASYNC=0 "$dir/tests/test_worker"
+[ "$races" -eq 0 ]
