@@ -191,10 +191,18 @@ static inline uint32_t tensor_keys(const tc_tensor *t)
   return __atomic_load_n(&t->keys, __ATOMIC_ACQUIRE);
 }
 
+/* Likewise a storage's count of pending writes: they may be written by a
+** tc_sync on another thread, which then drops the count with release
+** order (trace's pending_drop). */
+static inline uint32_t tensor_pending(const tensor_storage *s)
+{
+  return __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+}
+
 /* Make t readable (materialized, no pending writes); 0 or -1. */
 static inline int tensor_make_readable(tc_tensor *t)
 {
-  if ((tensor_lazy(t) || (t->storage && t->storage->pending)) &&
+  if ((tensor_lazy(t) || (t->storage && tensor_pending(t->storage))) &&
       tensor_hooks.realize)
     return tensor_hooks.realize(t);
   return 0;

@@ -71,7 +71,8 @@ int trace_pending_set(tc_tensor *dst, trace_node *n)
     return -1;
   }
   s->pending[s->npending++] = (trace_pending){ tensor_ref(dst), n };
-  dst->storage->pending++;
+  /* atomic: tensor_pending reads it without the trace lock */
+  __atomic_fetch_add(&dst->storage->pending, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
@@ -80,7 +81,9 @@ static void pending_drop(tc_tensor *dst)
   trace_state *s = &trace_g;
   for (int i = 0; i < s->npending; i++)
     if (s->pending[i].dst == dst) {
-      dst->storage->pending--;
+      /* the write is done: a thread that sees the count drop (acquire,
+      ** tensor_pending) sees what it wrote */
+      __atomic_fetch_sub(&dst->storage->pending, 1, __ATOMIC_RELEASE);
       trace_node_release(s->pending[i].node);
       tensor_unref(s->pending[i].dst);
       s->pending[i] = s->pending[--s->npending];
