@@ -112,10 +112,12 @@ double jcpu_last_compile_ms(const jcpu_kernel *jk);
 /* -- The compile worker (worker.c) ------------------------------------------
 ** libgccjit grows its process by about 0.8 MB per compile, calls exit()
 ** when memory runs out and can crash; so the runtime compiles in a child
-** process, forked (not exec'd) at the first compile, that serves requests
-** over a socket: one kir_kernel, its key and an output path in; status, a
-** reason, compile ms and the C-like dump out. The child touches only
-** libgccjit, its socket, its stderr pipe and a private TMPDIR. This
+** process, started at the first compile, that serves requests over a
+** socket: one kir_kernel, its key and an output path in; status, a reason,
+** compile ms and the C-like dump out. The child is this build's tc-worker
+** program (jcpu_worker_main), or a fork of this process where that is not
+** found; it touches only libgccjit, its socket, its stderr pipe and a
+** private TMPDIR. This
 ** process never enters libgccjit's compiler on this path: it dlopens the
 ** result with jcpu_load. The workers are a pool: up to jcpu_worker_limit()
 ** of them, each serving one request at a time, started as requests find
@@ -149,6 +151,10 @@ jcpu_status jcpu_worker_compile(const kir_kernel *k, const char *key,
 ** then the worker is stopped and reaped and its private TMPDIR removed, so
 ** nothing of it is left in $TMPDIR. Idempotent. */
 void jcpu_worker_shutdown(int grace_ms);
+/* tc-worker's main: serve requests on fd 3 (argv: --serve <TMPDIR>). */
+int jcpu_worker_main(int argc, char **argv);
+/* The worker program new workers run ("": they are forked). */
+const char *jcpu_worker_program(void);
 /* The pid of the first running worker of the pool, or 0 when none is
 ** running; how many are running (tests). */
 long jcpu_worker_pid(void);
@@ -177,6 +183,10 @@ void jcpu_worker_set_limits(int max_compiles, int max_growth_mb);
 /* Override the pool's size (n <= 0: back to jcpu_worker_limit's rule).
 ** Workers above a smaller size stay idle until shutdown. */
 void jcpu_worker_set_max(int n);
+/* Start workers from this program (path), by fork (""), or as found (NULL:
+** back to the search). A program that fails to start or to say it is of
+** this build is given up for the process, as a found one is: fork. */
+void jcpu_worker_set_program(const char *path);
 /* Add -fopt-info-vec-optimized=<path> to later compiles (NULL: stop), so a
 ** test can assert that loops vectorized. GCC appends to the file; each
 ** loop is reported as "<entry>.<what>:1:1" (see emit.c's loop_begin). */

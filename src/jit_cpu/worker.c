@@ -1,9 +1,12 @@
 /*
 ** worker.c -- the compile workers: libgccjit runs in child processes
-** forked as compiles need them, so its memory growth, its exit() when
+** started as compiles need them, so its memory growth, its exit() when
 ** memory runs out and its crashes stay out of the user's process (issue
 ** 9). This process only sends requests, waits for answers (with a
 ** deadline) and dlopens the artifacts; see jit_cpu.h for the contract.
+**
+** A worker is this build's tc-worker program where one is found, else a
+** fork of this process (see "Starting a worker").
 **
 ** A pool of slots, a worker each: a request takes the lowest free slot
 ** and waits while none is free. A slot's worker is started on demand by
@@ -13,11 +16,15 @@
 ** exit, or by itself when this process goes away (EOF on its socket).
 */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -52,6 +59,18 @@ typedef struct {
   char key[KEY_MAX];          /* NUL-terminated */
   kir_kernel k;
 } wreq;
+
+/* The first thing a worker says: which build it is. A program of another
+** build (an older install found first) reads the IR differently. */
+#define WHELLO 0x74636869u    /* "tchi" */
+#ifndef TC_BUILD_ID
+#define TC_BUILD_ID "unknown"
+#endif
+typedef struct {
+  uint32_t magic;
+  uint32_t req_size, resp_size;
+  char build[40];             /* TC_BUILD_ID, NUL-terminated */
+} whello;
 
 typedef struct {
   uint32_t magic;
@@ -135,10 +154,11 @@ static void rm_tree(const char *dir, int depth)
 }
 
 /* -- The child -------------------------------------------------------------------
-** Only the forking thread exists here, and the parent's locks may be held
-** by threads that do not: the child touches libgccjit (through
-** jcpu_compile_file), its socket (fd 3), its stderr pipe (fds 1 and 2) and
-** its private TMPDIR, and leaves with _exit only. */
+** tc-worker's main, or a fork of the parent. Forked, only the forking
+** thread exists here, and the parent's locks may be held by threads that
+** do not: the child touches libgccjit (through jcpu_compile_file), its
+** socket (fd 3), its stderr pipe (fds 1 and 2) and its private TMPDIR, and
+** leaves with _exit only. */
 
 enum { CHILD_SOCK = 3 };
 
@@ -268,6 +288,9 @@ static _Noreturn void child_main(int sock, int errfd, const char *dir)
 {
   child_setup(sock, errfd, dir);
   long rss0 = statm_kb(1);
+  whello hi = { WHELLO, sizeof(wreq), sizeof(wresp), TC_BUILD_ID };
+  if (write_full(CHILD_SOCK, &hi, sizeof hi) < 0)
+    _exit(2);
   static wreq rq;   /* 30 KB: not on the stack of whatever thread forked */
   char path[4096], reason[REASON_MAX];
   for (;;) {
@@ -304,6 +327,18 @@ static _Noreturn void child_main(int sock, int errfd, const char *dir)
   }
   rm_tree(dir, 0);
   _exit(0);
+}
+
+int jcpu_worker_main(int argc, char **argv)
+{
+  struct stat st;
+  if (argc != 3 || strcmp(argv[1], "--serve") != 0 ||
+      fstat(CHILD_SOCK, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+    fprintf(stderr, "tc-worker: libtc's compile worker; libtc starts it "
+            "(with its socket on fd %d), it is not a command\n", CHILD_SOCK);
+    return 2;
+  }
+  child_main(CHILD_SOCK, STDERR_FILENO, argv[2]);
 }
 
 /* -- The parent side ---------------------------------------------------------- */
@@ -399,6 +434,8 @@ static void slot_give(wslot *w)
   pthread_cond_signal(&pool.freed);
   pthread_mutex_unlock(&pool.lock);
 }
+
+typedef enum { IO_OK, IO_TIMEOUT, IO_DEAD } io_rc;
 
 static atomic_int fault_next, timeout_ms, max_compiles, max_growth_mb;
 static atomic_bool exiting;
@@ -551,23 +588,312 @@ static void atfork_child(void)
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
-static int worker_start(wslot *w, char *reason, size_t rlen)
+/* -- Starting a worker -----------------------------------------------------------
+** A worker is a new program where this build's tc-worker is found, not a
+** fork: a fork copies this process in whatever state its other threads
+** left it, and an allocator that does not take its locks across fork
+** (ASan's in GCC 12; the user's own atfork handlers likewise) can hand the
+** child a lock that a thread which does not exist there holds, so the
+** child's first malloc waits forever and the deadline kills it. With the
+** pool's threads starting workers side by side that was not rare. A new
+** program starts clean; the kernel it builds depends only on the request
+** and the settings pinned in its environment (worker_environ).
+**
+** tc-worker is looked for beside the code that runs this (libtc.so, or a
+** program linked with libtc.a), one folder up (programs in a build tree's
+** tests/, examples/, bench/), then where `meson install` puts it. Its
+** hello must name this build (TC_BUILD_ID, made at configure time): a
+** program that is not to be trusted (program_trusted), fails to start or
+** is of another build is not used again (TC_LOG_ERROR says why), and
+** workers are forked, as where none is found. */
+
+#ifndef TC_WORKER_INSTALLED
+#define TC_WORKER_INSTALLED "/usr/local/libexec/tc/tc-worker"
+#endif
+
+static char program[PATH_MAX];            /* "" : fork */
+static pthread_once_t program_once = PTHREAD_ONCE_INIT;
+static atomic_bool program_refused;       /* its hello did not match */
+static char program_override[PATH_MAX];   /* jcpu_worker_set_program */
+static atomic_bool program_overridden;
+
+/* The main program's base address (dl_iterate_phdr lists it first). */
+static int first_base(struct dl_phdr_info *info, size_t size, void *data)
 {
-  pthread_once(&atfork_once, atfork_register);
-  jcpu_target();                /* initialized before fork, never in it */
+  (void)size;
+  *(uintptr_t *)data = (uintptr_t)info->dlpi_addr;
+  return 1;
+}
+
+/* The file that holds this code: libtc.so, or the program itself. */
+static bool own_image(char *out, size_t len)
+{
+  Dl_info di;
+  uintptr_t main_base = 0;
+  dl_iterate_phdr(first_base, &main_base);
+  if (dladdr((void *)own_image, &di) && di.dli_fname && di.dli_fname[0] &&
+      (uintptr_t)di.dli_fbase != main_base)
+    return realpath(di.dli_fname, out) != NULL;
+  ssize_t n = readlink("/proc/self/exe", out, len - 1);
+  if (n <= 0)
+    return false;
+  out[n] = '\0';
+  return true;
+}
+
+/* A program we may run: an executable regular file that we or root own and
+** no one else may write, in a folder likewise (a program linked with
+** libtc.a in /tmp/x must not run a /tmp/tc-worker another user put there).
+** Its real path into real; false with the reason in why. */
+static bool program_trusted(const char *path, char real[PATH_MAX],
+                            char *why, size_t len)
+{
+  struct stat st;
+  if (!realpath(path, real) || stat(real, &st) < 0) {
+    say(why, len, "%s", strerror(errno));
+    return false;
+  }
+  if (!S_ISREG(st.st_mode) || access(real, X_OK) < 0) {
+    say(why, len, "not an executable file");
+    return false;
+  }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", real);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    slash[slash == dir] = '\0';   /* "/x" -> "/" */
+  for (int i = 0; i < 2; i++) {
+    if (i == 1 && stat(dir, &st) < 0) {
+      say(why, len, "%s: %s", dir, strerror(errno));
+      return false;
+    }
+    const char *what = i == 0 ? real : dir;
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+      say(why, len, "%s is owned by uid %u, neither you nor root", what,
+          (unsigned)st.st_uid);
+      return false;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+      say(why, len, "%s is writable by group or others", what);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The first candidate that exists; program_trusted judges it at start. */
+static void program_find(void)
+{
+  char image[PATH_MAX], cand[PATH_MAX + 32];
+  struct stat st;
+  if (own_image(image, sizeof image)) {
+    char *slash = strrchr(image, '/');
+    if (slash) {
+      *slash = '\0';
+      static const char *const rel[] = { "/tc-worker", "/../tc-worker" };
+      for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(cand, sizeof cand, "%s%s", image, rel[i]);
+        if (stat(cand, &st) == 0 && realpath(cand, program))
+          return;
+      }
+    }
+  }
+  if (stat(TC_WORKER_INSTALLED, &st) == 0)
+    snprintf(program, sizeof program, "%s", TC_WORKER_INSTALLED);
+}
+
+/* The program to start, or NULL: fork. */
+static const char *program_get(void)
+{
+  if (atomic_load(&program_refused))
+    return NULL;
+  if (atomic_load(&program_overridden))
+    return program_override[0] ? program_override : NULL;
+  pthread_once(&program_once, program_find);
+  return program[0] ? program : NULL;
+}
+
+/* The program failed to start or is of another build: say so once, and
+** fork from now on. */
+static void program_refuse(const char *prog, const char *why)
+{
+  if (!atomic_exchange(&program_refused, true))
+    tensor_log(TC_LOG_ERROR, "%s: %s; forking compile workers instead",
+               prog, why);
+}
+
+void jcpu_worker_set_program(const char *path)
+{
+  if (path)
+    snprintf(program_override, sizeof program_override, "%s", path);
+  atomic_store(&program_overridden, path != NULL);
+  atomic_store(&program_refused, false);
+}
+
+const char *jcpu_worker_program(void)
+{
+  const char *p = program_get();
+  return p ? p : "";
+}
+
+/* The worker's environment: ours, with the settings that shape the code it
+** builds pinned to this process's (a program started now would read them
+** afresh from an environment the user may have changed), and its private
+** TMPDIR (libgccjit and its driver put their temporaries there). NULL when
+** out of memory; free with free(). */
+static char **worker_environ(const char *dir)
+{
+  extern char **environ;
+  static const char *const pinned[] = { "TMPDIR=", "TC_JIT_OPT=",
+                                        "TC_JIT_ISA=", "TC_GCCJIT=" };
+  enum { NPIN = sizeof pinned / sizeof pinned[0] };
+  size_t n = 0;
+  while (environ && environ[n])
+    n++;
+  const tensor_config *cfg = tensor_cfg();
+  char own[NPIN][PATH_MAX + 16];
+  snprintf(own[0], sizeof own[0], "TMPDIR=%s", dir);
+  snprintf(own[1], sizeof own[1], "TC_JIT_OPT=%d", cfg->jit_opt);
+  snprintf(own[2], sizeof own[2], "TC_JIT_ISA=%s", jcpu_target());
+  snprintf(own[3], sizeof own[3], "TC_GCCJIT=%s", cfg->gccjit);
+  size_t bytes = (n + NPIN + 1) * sizeof(char *), at = 0;
+  for (int i = 0; i < NPIN; i++)
+    bytes += strlen(own[i]) + 1;
+  char **env = malloc(bytes);
+  if (!env)
+    return NULL;
+  char *text = (char *)(env + n + NPIN + 1);
+  for (size_t i = 0; i < n; i++) {
+    bool pin = false;
+    for (int j = 0; j < NPIN; j++)
+      pin |= strncmp(environ[i], pinned[j], strlen(pinned[j])) == 0;
+    if (!pin)
+      env[at++] = environ[i];
+  }
+  for (int i = 0; i < NPIN; i++) {
+    if (i == 3 && !cfg->gccjit[0])
+      continue;   /* the default name */
+    env[at++] = strcpy(text, own[i]);
+    text += strlen(own[i]) + 1;
+  }
+  env[at] = NULL;
+  return env;
+}
+
+/* Start tc-worker with the socket on fd 3, the stderr pipe on 1 and 2,
+** /dev/null on 0, default signals, nothing blocked, its own session (a
+** terminal's ^C goes to the user's program, which decides). sock and errfd
+** are at 10 or above, so no dup2 below meets itself. The pid, or -1 with
+** errno set. */
+static pid_t spawn_program(const char *prog, int sock, int errfd,
+                           const char *dir)
+{
+  char **env = worker_environ(dir);
+  if (!env) {
+    errno = ENOMEM;
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, errfd, 1);
+  posix_spawn_file_actions_adddup2(&fa, errfd, 2);
+  posix_spawn_file_actions_adddup2(&fa, sock, CHILD_SOCK);
+  posix_spawnattr_init(&at);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF |
+                                POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
+  char *argv[] = { (char *)"tc-worker", (char *)"--serve", (char *)dir,
+                   NULL };
+  pid_t pid;
+  int rc = posix_spawn(&pid, prog, &fa, &at, argv, env);
+  posix_spawnattr_destroy(&at);
+  posix_spawn_file_actions_destroy(&fa);
+  free(env);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  return pid;
+}
+
+static pid_t fork_child(int sock, int errfd, const char *dir)
+{
+  /* no thread of ours is inside libgccjit while the child is made */
+  jcpu_compile_lock();
+  pid_t pid = fork();
+  if (pid == 0)
+    child_main(sock, errfd, dir);
+  int err = errno;
+  jcpu_compile_unlock();
+  errno = err;
+  return pid;
+}
+
+static int worker_dir(wslot *w, char *reason, size_t rlen)
+{
   /* its private TMPDIR: under $TMPDIR, else /tmp (as libiberty's
   ** choose_tmpdir falls back when TMPDIR is not writable) */
   const char *tmp = getenv("TMPDIR");
   snprintf(w->dir, sizeof w->dir, "%s/tc-jit-XXXXXX",
            tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(w->dir)) {
-    snprintf(w->dir, sizeof w->dir, "/tmp/tc-jit-XXXXXX");
-    if (!mkdtemp(w->dir)) {
-      say(reason, rlen, "cannot start the compile worker: %s: %s", w->dir,
-          strerror(errno));
-      return -1;
-    }
+  if (mkdtemp(w->dir))
+    return 0;
+  snprintf(w->dir, sizeof w->dir, "/tmp/tc-jit-XXXXXX");
+  if (mkdtemp(w->dir))
+    return 0;
+  say(reason, rlen, "cannot start the compile worker: %s: %s", w->dir,
+      strerror(errno));
+  return -1;
+}
+
+static io_rc recv_all(wslot *w, void *p, size_t n, double deadline);
+static int request_limit_ms(void);
+
+/* Wait for the new worker's hello; 0 when it is this build's. */
+static int worker_hello(wslot *w, char *reason, size_t rlen)
+{
+  int limit = request_limit_ms();
+  whello hi;
+  io_rc io = recv_all(w, &hi, sizeof hi, tensor_now_ms() + limit);
+  if (io == IO_OK) {
+    hi.build[sizeof hi.build - 1] = '\0';
+    if (hi.magic == WHELLO && hi.req_size == sizeof(wreq) &&
+        hi.resp_size == sizeof(wresp) && strcmp(hi.build, TC_BUILD_ID) == 0)
+      return 0;
+    signal_worker(w, SIGKILL);
+    worker_reap(w, 0, NULL, 0);
+    say(reason, rlen, "the compile worker is of another build (%s, this is "
+        "%s)", hi.magic == WHELLO ? hi.build : "?", TC_BUILD_ID);
+  } else if (io == IO_TIMEOUT) {
+    signal_worker(w, SIGKILL);
+    worker_reap(w, 0, NULL, 0);
+    say(reason, rlen, "the compile worker did not start in %d ms", limit);
+  } else {
+    worker_reap(w, 1000, reason, rlen);
   }
+  return -1;
+}
+
+static int worker_start(wslot *w, char *reason, size_t rlen)
+{
+  pthread_once(&atfork_once, atfork_register);
+  jcpu_target();                /* initialized before fork, never in it */
+  const char *prog = program_get();
+  char real[PATH_MAX];
+  if (prog && !program_trusted(prog, real, reason, rlen)) {
+    program_refuse(prog, reason);
+    prog = NULL;
+  } else if (prog) {
+    prog = real;
+  }
+  if (worker_dir(w, reason, rlen) < 0)
+    return -1;
   int sv[2], ep[2] = { -1, -1 };
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
     say(reason, rlen, "cannot start the compile worker: socketpair: %s",
@@ -583,26 +909,31 @@ static int worker_start(wslot *w, char *reason, size_t rlen)
     rmdir(w->dir);
     return -1;
   }
-  /* no thread of ours is inside libgccjit while the child is made */
-  jcpu_compile_lock();
-  double t0 = tensor_now_ms();
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sv[0]);
-    close(ep[0]);
-    child_main(sv[1], ep[1], w->dir);
-  }
-  int err = errno;
-  double fork_ms = tensor_now_ms() - t0;
-  jcpu_compile_unlock();
+  /* the child's ends at 10 or above (spawn_program's dup2s) */
+  int cs = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+  int ce = fcntl(ep[1], F_DUPFD_CLOEXEC, 10);
   close(sv[1]);
   close(ep[1]);
+  double t0 = tensor_now_ms();
+  pid_t pid = cs < 0 || ce < 0 ? (errno = EMFILE, -1)
+              : prog ? spawn_program(prog, cs, ce, w->dir)
+                     : fork_child(cs, ce, w->dir);
+  int err = errno;
+  double start_ms = tensor_now_ms() - t0;
+  if (cs >= 0)
+    close(cs);
+  if (ce >= 0)
+    close(ce);
   if (pid < 0) {
-    say(reason, rlen, "cannot start the compile worker: fork: %s",
-        strerror(err));
+    say(reason, rlen, "cannot start the compile worker: %s%s: %s",
+        prog ? "" : "fork", prog ? prog : "", strerror(err));
     close(sv[0]);
     close(ep[0]);
     rmdir(w->dir);
+    if (prog) {
+      program_refuse(prog, reason);
+      return worker_start(w, reason, rlen);
+    }
     return -1;
   }
   fcntl(ep[0], F_SETFL, O_NONBLOCK);
@@ -612,9 +943,19 @@ static int worker_start(wslot *w, char *reason, size_t rlen)
   w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   w->sock = sv[0];
   w->err = ep[0];
+  if (worker_hello(w, reason, rlen) < 0) {
+    if (prog) {
+      program_refuse(prog, reason);
+      return worker_start(w, reason, rlen);
+    }
+    return -1;
+  }
+  if (rlen)
+    reason[0] = '\0';   /* a program given up on the way is no failure */
   if (tensor_log_on(TC_LOG_COMPILE))
-    tensor_log(TC_LOG_COMPILE, "compile worker %ld started (fork %.2f ms)",
-               (long)pid, fork_ms);
+    tensor_log(TC_LOG_COMPILE, "compile worker %ld started (%s %.2f ms, "
+               "hello %.2f ms)", (long)pid, prog ? "exec" : "fork", start_ms,
+               tensor_now_ms() - t0);
   return 0;
 }
 
@@ -660,7 +1001,12 @@ static int wait_ready(wslot *w, int fd, short ev, double deadline)
   }
 }
 
-typedef enum { IO_OK, IO_TIMEOUT, IO_DEAD } io_rc;
+
+static int request_limit_ms(void)
+{
+  int limit = atomic_load(&timeout_ms);
+  return limit > 0 ? limit : JCPU_WORKER_TIMEOUT_MS;
+}
 
 static io_rc send_all(wslot *w, const void *p, size_t n, double deadline)
 {
@@ -710,9 +1056,7 @@ static jcpu_status request(wslot *w, const kir_kernel *k, const char *key,
                            const char *path, jcpu_fault fault, char **source,
                            double *ms, char *reason, size_t rlen)
 {
-  int limit = atomic_load(&timeout_ms);
-  if (limit <= 0)
-    limit = JCPU_WORKER_TIMEOUT_MS;
+  int limit = request_limit_ms();
   double t0 = tensor_now_ms(), deadline = t0 + limit;
   size_t plen = strlen(path);
   wreq *rq = malloc(sizeof *rq);

@@ -6,7 +6,10 @@
 ** out-of-memory, a hang) the request fails with the reason, this process
 ** lives on and the next compile gets a new worker; the child holds none of
 ** our descriptors and runs none of our exit handlers; it is replaced after
-** its limits, ends when we die, and leaves nothing in TMPDIR.
+** its limits, ends when we die, and leaves nothing in TMPDIR. Workers are
+** this build's tc-worker program, which starts clean where a fork inherits
+** a lock held by another thread; a program that is not this build's is
+** given up for fork; and the forked workers behave the same.
 **
 ** main() points TMPDIR at a fresh directory first, so the tests can look
 ** at everything the workers put there. Nothing here compiles in this
@@ -506,6 +509,120 @@ static int restore_pool(void **state)
   return 0;
 }
 
+/* -- How a worker starts -------------------------------------------------------------
+** A fork copies the locks other threads hold at that moment; the child
+** that needs one waits forever (an allocator without fork handlers, such as
+** ASan's, did this to the pool's workers). held stands for such a lock:
+** this thread holds it while a worker starts, and the fork handler takes
+** it in the child, as a library's handler would. A program started afresh
+** (tc-worker) inherits no lock and runs no fork handler. */
+
+static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+static volatile bool take_held_in_child;
+static void child_takes_held(void)
+{
+  if (take_held_in_child)
+    pthread_mutex_lock(&held);
+}
+
+static void register_child_handler(void)
+{
+  pthread_atfork(NULL, NULL, child_takes_held);
+}
+
+static jcpu_status compile_holding_lock(kir_kernel *k, char *why, size_t len)
+{
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_child_handler);
+  fresh_worker();
+  pthread_mutex_lock(&held);
+  take_held_in_child = true;
+  jcpu_kernel *jk = NULL;
+  jcpu_status st = jcpu_worker_compile(k, KEY_A, NULL, &jk, why, len);
+  take_held_in_child = false;
+  pthread_mutex_unlock(&held);
+  if (jk)
+    check_runs(jk, k, 2.5);
+  jcpu_free(jk);
+  return st;
+}
+
+/* This build's tc-worker is found (one folder up from this test) and
+** starts clean. */
+static void test_worker_program_starts_clean(void **state)
+{
+  (void)state;
+  const char *prog = jcpu_worker_program();
+  const char *base = strrchr(prog, '/');
+  if (!base || strcmp(base, "/tc-worker") != 0)
+    fail_msg("no tc-worker found (got \"%s\")", prog);
+  kir_kernel *k = exp_kernel(1000, 2.5);
+  char why[256] = "";
+  jcpu_status st = compile_holding_lock(k, why, sizeof why);
+  if (st != JCPU_OK)
+    fail_msg("compile failed (%d): %s", st, why);
+  free(k);
+}
+
+/* The same by fork: the child waits on the lock until the deadline. */
+static void test_worker_fork_inherits_locks(void **state)
+{
+  (void)state;
+  jcpu_worker_set_program("");
+  assert_string_equal(jcpu_worker_program(), "");
+  jcpu_worker_set_timeout(2000);
+  kir_kernel *k = exp_kernel(1001, 2.5);
+  char why[256] = "";
+  assert_int_equal(compile_holding_lock(k, why, sizeof why), JCPU_E_WORKER);
+  assert_string_equal(why, "the compile worker did not start in 2000 ms");
+  assert_int_equal(jcpu_worker_pid(), 0);   /* killed and reaped */
+  jcpu_free(wcompile(k, KEY_A, NULL));      /* the next one starts */
+  free(k);
+}
+
+/* A program that is not this build's worker (it ends at once; it says
+** something else first), or that others may write (it never runs), is
+** given up for good: the compile still works, by fork, and later workers
+** are forked. */
+static void test_worker_program_refused(void **state)
+{
+  (void)state;
+  char script[300], ran[300];
+  snprintf(script, sizeof script, "%s/not-tc-worker.sh", tmpdir);
+  snprintf(ran, sizeof ran, "%s/it-ran", tmpdir);
+  static const struct { const char *body; mode_t mode; } cases[] = {
+    { "#!/bin/sh\nexit 0\n", 0700 },
+    { "#!/bin/sh\nhead -c 4096 /dev/zero | tr '\\0' x >&3\n", 0700 },
+    { "#!/bin/sh\ntouch \"$2/../it-ran\"\n", 0722 },
+  };
+  kir_kernel *k = exp_kernel(1002, 3.5);
+  for (int i = 0; i < 3; i++) {
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fputs(cases[i].body, f);
+    fclose(f);
+    assert_int_equal(chmod(script, cases[i].mode), 0);
+    fresh_worker();
+    jcpu_worker_set_program(script);
+    assert_string_equal(jcpu_worker_program(), script);
+    jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
+    assert_string_equal(jcpu_worker_program(), "");   /* forked */
+    check_runs(jk, k, 3.5);
+    jcpu_free(jk);
+  }
+  assert_int_equal(access(ran, F_OK), -1);   /* the writable one never ran */
+  unlink(script);
+  free(k);
+}
+
+static int restore_program(void **state)
+{
+  (void)state;
+  jcpu_worker_set_program(NULL);
+  jcpu_worker_set_timeout(0);
+  return 0;
+}
+
 /* Last: after shutdown no worker runs or starts, and TMPDIR is empty. */
 static void test_worker_shutdown(void **state)
 {
@@ -526,6 +643,18 @@ static void test_worker_shutdown(void **state)
     printf("# left in TMPDIR: %s\n", names[i]);
   assert_int_equal(n, 0);
   free(k);
+}
+
+static int use_fork(void **state)
+{
+  (void)state;
+  jcpu_worker_set_program("");
+  return 0;
+}
+
+static int restore_program_group(void **state)
+{
+  return restore_program(state);
 }
 
 int main(void)
@@ -550,10 +679,27 @@ int main(void)
     cmocka_unit_test(test_worker_limits),
     cmocka_unit_test(test_worker_parent_dies),
     cmocka_unit_test(test_worker_unsupported),
+    cmocka_unit_test(test_worker_program_starts_clean),
+    cmocka_unit_test_teardown(test_worker_fork_inherits_locks,
+                              restore_program),
+    cmocka_unit_test_teardown(test_worker_program_refused, restore_program),
     cmocka_unit_test_teardown(test_worker_pool, restore_pool),
     cmocka_unit_test(test_worker_shutdown),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  /* Where no tc-worker is found, workers are forked: the same behaviour.
+  ** First: the pool test leaves a second worker running. */
+  const struct CMUnitTest forked[] = {
+    cmocka_unit_test(test_worker_kernel_equals_eager),
+    cmocka_unit_test(test_worker_crash),
+    cmocka_unit_test(test_worker_exit),
+    cmocka_unit_test(test_worker_fds),
+    cmocka_unit_test(test_worker_limits),
+    cmocka_unit_test(test_worker_parent_dies),
+  };
+  int rc = cmocka_run_group_tests_name("forked", forked, use_fork,
+                                       restore_program_group);
+  rc |= cmocka_run_group_tests_name("started as tc-worker", tests, NULL,
+                                    NULL);
   unlink(marker);
   rmdir(tmpdir);
   return rc;
