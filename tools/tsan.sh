@@ -3,10 +3,11 @@
 # ThreadSanitizer and run in both modes: test_threads (the API's threading
 # contract: tensors shared, released on other threads, lazy ones of compile
 # mode included), test_trace (the kernel table asked from many threads)
-# and test_worker (the compile worker pool). Prints each run's data races
-# and exits 1 when any was found. Not part of tests/run-all.sh (the build
-# takes minutes here); run it after a change to locking, refcounts, scopes
-# or the compile path. BUILD defaults to build-tsan.
+# and test_worker (the compile worker pool, and tc-worker, which it
+# starts). Prints each run's data races and exits 1 when any was found.
+# Not part of tests/run-all.sh (the build takes minutes here); run it after
+# a change to locking, refcounts, scopes or the compile path. BUILD
+# defaults to build-tsan.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build-tsan}
@@ -14,7 +15,7 @@ if [ ! -f "$dir/build.ninja" ]; then
   meson setup "$dir" -Dbuildtype=debugoptimized -Db_sanitize=thread \
     -Db_lundef=false >/dev/null || exit 2
 fi
-ninja -C "$dir" tests/test_threads tests/test_trace tests/test_worker \
+ninja -C "$dir" tc-worker tests/test_threads tests/test_trace tests/test_worker \
   >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0} TC_CACHE=0
 races=0
