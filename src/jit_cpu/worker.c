@@ -601,9 +601,10 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
 **
 ** tc-worker is looked for beside the code that runs this (libtc.so, or a
 ** program linked with libtc.a), one folder up (programs in a build tree's
-** tests/, examples/, bench/), then where `meson install` puts it. Its
-** hello must name this build (TC_BUILD_ID, made at configure time): a
-** program that is not to be trusted (program_trusted), fails to start or
+** tests/, examples/, bench/), then where `meson install` puts it; the
+** first that program_trusted accepts is taken, and is judged again at
+** each start. Its hello must name this build (TC_BUILD_ID, made at
+** configure time): a program that is no longer trusted, fails to start or
 ** is of another build is not used again (TC_LOG_ERROR says why), and
 ** workers are forked, as where none is found. */
 
@@ -681,11 +682,26 @@ static bool program_trusted(const char *path, char real[PATH_MAX],
   return true;
 }
 
-/* The first candidate that exists; program_trusted judges it at start. */
+/* path when it exists and is to be trusted (an untrusted one is passed
+** over, with a TC_LOG=compile line). */
+static bool program_candidate(const char *path)
+{
+  struct stat st;
+  char why[PATH_MAX + 64];
+  if (stat(path, &st) < 0)
+    return false;
+  if (program_trusted(path, program, why, sizeof why))
+    return true;
+  program[0] = '\0';
+  if (tensor_log_on(TC_LOG_COMPILE))
+    tensor_log(TC_LOG_COMPILE, "compile worker: passing over %s: %s", path,
+               why);
+  return false;
+}
+
 static void program_find(void)
 {
   char image[PATH_MAX], cand[PATH_MAX + 32];
-  struct stat st;
   if (own_image(image, sizeof image)) {
     char *slash = strrchr(image, '/');
     if (slash) {
@@ -693,13 +709,12 @@ static void program_find(void)
       static const char *const rel[] = { "/tc-worker", "/../tc-worker" };
       for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(cand, sizeof cand, "%s%s", image, rel[i]);
-        if (stat(cand, &st) == 0 && realpath(cand, program))
+        if (program_candidate(cand))
           return;
       }
     }
   }
-  if (stat(TC_WORKER_INSTALLED, &st) == 0)
-    snprintf(program, sizeof program, "%s", TC_WORKER_INSTALLED);
+  program_candidate(TC_WORKER_INSTALLED);
 }
 
 /* The program to start, or NULL: fork. */
