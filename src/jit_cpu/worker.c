@@ -16,7 +16,6 @@
 ** exit, or by itself when this process goes away (EOF on its socket).
 */
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -618,24 +617,43 @@ static atomic_bool program_refused;       /* its hello did not match */
 static char program_override[PATH_MAX];   /* jcpu_worker_set_program */
 static atomic_bool program_overridden;
 
-/* The main program's base address (dl_iterate_phdr lists it first). */
-static int first_base(struct dl_phdr_info *info, size_t size, void *data)
+/* Which loaded object holds addr: its name, and whether it is the main
+** program (dl_iterate_phdr lists that first, nameless). dladdr would name
+** the main program by argv[0], which may be relative to another cwd. */
+typedef struct {
+  uintptr_t addr;
+  int index;
+  bool found, is_main;
+  char name[PATH_MAX];
+} image_query;
+
+static int image_of(struct dl_phdr_info *info, size_t size, void *data)
 {
   (void)size;
-  *(uintptr_t *)data = (uintptr_t)info->dlpi_addr;
-  return 1;
+  image_query *q = data;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && q->addr >= lo && q->addr < lo + ph->p_memsz) {
+      q->found = true;
+      q->is_main = q->index == 0 || !info->dlpi_name || !info->dlpi_name[0];
+      snprintf(q->name, sizeof q->name, "%s",
+               info->dlpi_name ? info->dlpi_name : "");
+      return 1;
+    }
+  }
+  q->index++;
+  return 0;
 }
 
 /* The file that holds this code: libtc.so, or the program itself. */
-static bool own_image(char *out, size_t len)
+static bool own_image(char out[PATH_MAX])
 {
-  Dl_info di;
-  uintptr_t main_base = 0;
-  dl_iterate_phdr(first_base, &main_base);
-  if (dladdr((void *)own_image, &di) && di.dli_fname && di.dli_fname[0] &&
-      (uintptr_t)di.dli_fbase != main_base)
-    return realpath(di.dli_fname, out) != NULL;
-  ssize_t n = readlink("/proc/self/exe", out, len - 1);
+  image_query q = { .addr = (uintptr_t)own_image };
+  dl_iterate_phdr(image_of, &q);
+  if (q.found && !q.is_main)
+    return realpath(q.name, out) != NULL;
+  ssize_t n = readlink("/proc/self/exe", out, PATH_MAX - 1);
   if (n <= 0)
     return false;
   out[n] = '\0';
@@ -702,7 +720,7 @@ static bool program_candidate(const char *path)
 static void program_find(void)
 {
   char image[PATH_MAX], cand[PATH_MAX + 32];
-  if (own_image(image, sizeof image)) {
+  if (own_image(image)) {
     char *slash = strrchr(image, '/');
     if (slash) {
       *slash = '\0';
