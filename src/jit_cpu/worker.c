@@ -785,12 +785,14 @@ static char **worker_environ(const char *dir)
     n++;
   const tensor_config *cfg = tensor_cfg();
   char own[NPIN][PATH_MAX + 16];
-  snprintf(own[0], sizeof own[0], "TMPDIR=%s", dir);
-  snprintf(own[1], sizeof own[1], "TC_JIT_OPT=%d", cfg->jit_opt);
-  snprintf(own[2], sizeof own[2], "TC_JIT_ISA=%s", jcpu_target());
-  snprintf(own[3], sizeof own[3], "TC_GCCJIT=%s", cfg->gccjit);
+  int nown = 0;
+  snprintf(own[nown++], sizeof own[0], "TMPDIR=%s", dir);
+  snprintf(own[nown++], sizeof own[0], "TC_JIT_OPT=%d", cfg->jit_opt);
+  snprintf(own[nown++], sizeof own[0], "TC_JIT_ISA=%s", jcpu_target());
+  if (cfg->gccjit[0])   /* else the default name, as here */
+    snprintf(own[nown++], sizeof own[0], "TC_GCCJIT=%s", cfg->gccjit);
   size_t bytes = (n + NPIN + 1) * sizeof(char *), at = 0;
-  for (int i = 0; i < NPIN; i++)
+  for (int i = 0; i < nown; i++)
     bytes += strlen(own[i]) + 1;
   char **env = malloc(bytes);
   if (!env)
@@ -803,9 +805,7 @@ static char **worker_environ(const char *dir)
     if (!pin)
       env[at++] = environ[i];
   }
-  for (int i = 0; i < NPIN; i++) {
-    if (i == 3 && !cfg->gccjit[0])
-      continue;   /* the default name */
+  for (int i = 0; i < nown; i++) {
     env[at++] = strcpy(text, own[i]);
     text += strlen(own[i]) + 1;
   }

@@ -9,7 +9,8 @@
 ** its limits, ends when we die, and leaves nothing in TMPDIR. Workers are
 ** this build's tc-worker program, which starts clean where a fork inherits
 ** a lock held by another thread; a program that is not this build's is
-** given up for fork; and the forked workers behave the same.
+** given up for fork; one started after the environment changed builds
+** with this process's settings; and the forked workers behave the same.
 **
 ** main() points TMPDIR at a fresh directory first, so the tests can look
 ** at everything the workers put there. Nothing here compiles in this
@@ -615,6 +616,26 @@ static void test_worker_program_refused(void **state)
   free(k);
 }
 
+/* A worker started after the program changed its environment still builds
+** with this process's settings (a new program would read them afresh): a
+** libgccjit name that cannot load would fail every compile there. */
+static void test_worker_settings_pinned(void **state)
+{
+  (void)state;
+  kir_kernel *k = exp_kernel(1003, 4.5);
+  fresh_worker();
+  setenv("TC_GCCJIT", "libtc-no-such-gccjit.so.0", 1);
+  jcpu_kernel *jk = NULL;
+  char why[256] = "";
+  jcpu_status st = jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why);
+  unsetenv("TC_GCCJIT");
+  if (st != JCPU_OK)
+    fail_msg("compile failed (%d): %s", st, why);
+  check_runs(jk, k, 4.5);
+  jcpu_free(jk);
+  free(k);
+}
+
 static int restore_program(void **state)
 {
   (void)state;
@@ -683,6 +704,7 @@ int main(void)
     cmocka_unit_test_teardown(test_worker_fork_inherits_locks,
                               restore_program),
     cmocka_unit_test_teardown(test_worker_program_refused, restore_program),
+    cmocka_unit_test(test_worker_settings_pinned),
     cmocka_unit_test_teardown(test_worker_pool, restore_pool),
     cmocka_unit_test(test_worker_shutdown),
   };
