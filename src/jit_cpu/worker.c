@@ -906,7 +906,10 @@ static int worker_hello(wslot *w, char *reason, size_t rlen)
   } else if (io == IO_TIMEOUT) {
     signal_worker(w, SIGKILL);
     worker_reap(w, 0, NULL, 0);
-    say(reason, rlen, "the compile worker did not start in %d ms", limit);
+    if (atomic_load(&exiting))
+      say(reason, rlen, "compile cancelled: the process is exiting");
+    else
+      say(reason, rlen, "the compile worker did not start in %d ms", limit);
   } else {
     worker_reap(w, 1000, reason, rlen);
   }
@@ -944,14 +947,17 @@ static int worker_start(wslot *w, char *reason, size_t rlen)
   }
   /* the child's ends at 10 or above (spawn_program's dup2s) */
   int cs = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
-  int ce = fcntl(ep[1], F_DUPFD_CLOEXEC, 10);
+  int ce = cs < 0 ? -1 : fcntl(ep[1], F_DUPFD_CLOEXEC, 10);
+  int err = errno;
   close(sv[1]);
   close(ep[1]);
   double t0 = tensor_now_ms();
-  pid_t pid = cs < 0 || ce < 0 ? (errno = EMFILE, -1)
-              : prog ? spawn_program(prog, cs, ce, w->dir)
-                     : fork_child(cs, ce, w->dir);
-  int err = errno;
+  pid_t pid = -1;
+  if (ce >= 0) {
+    pid = prog ? spawn_program(prog, cs, ce, w->dir)
+               : fork_child(cs, ce, w->dir);
+    err = errno;
+  }
   double start_ms = tensor_now_ms() - t0;
   if (cs >= 0)
     close(cs);
@@ -977,7 +983,7 @@ static int worker_start(wslot *w, char *reason, size_t rlen)
   w->sock = sv[0];
   w->err = ep[0];
   if (worker_hello(w, reason, rlen) < 0) {
-    if (prog) {
+    if (prog && !atomic_load(&exiting)) {   /* not for a cancelled wait */
       program_refuse(prog, reason);
       return worker_start(w, reason, rlen);
     }
