@@ -184,8 +184,9 @@ void jcpu_worker_set_limits(int max_compiles, int max_growth_mb);
 ** Workers above a smaller size stay idle until shutdown. */
 void jcpu_worker_set_max(int n);
 /* Start workers from this program (path), by fork (""), or as found (NULL:
-** back to the search). A program that fails to start or to say it is of
-** this build is given up for the process, as a found one is: fork. */
+** back to the search). A program that is not trusted, fails to start or
+** does not say it is of this build is given up for the process, as a found
+** one is: fork. */
 void jcpu_worker_set_program(const char *path);
 /* Add -fopt-info-vec-optimized=<path> to later compiles (NULL: stop), so a
 ** test can assert that loops vectorized. GCC appends to the file; each

@@ -440,6 +440,13 @@ static atomic_int fault_next, timeout_ms, max_compiles, max_growth_mb;
 static atomic_bool exiting;
 static _Atomic double exit_deadline;   /* monotonic ms; when exiting */
 
+/* How long a request (or a new worker's hello) may take. */
+static int request_limit_ms(void)
+{
+  int limit = atomic_load(&timeout_ms);
+  return limit > 0 ? limit : JCPU_WORKER_TIMEOUT_MS;
+}
+
 void jcpu_worker_fault_next(jcpu_fault kind) { atomic_store(&fault_next, kind); }
 
 void jcpu_worker_set_timeout(int ms) { atomic_store(&timeout_ms, ms); }
@@ -613,7 +620,7 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
 static char program[PATH_MAX];            /* "" : fork */
 static pthread_once_t program_once = PTHREAD_ONCE_INIT;
-static atomic_bool program_refused;       /* its hello did not match */
+static atomic_bool program_refused;       /* given up: fork from now on */
 static char program_override[PATH_MAX];   /* jcpu_worker_set_program */
 static atomic_bool program_overridden;
 
@@ -746,8 +753,8 @@ static const char *program_get(void)
   return program[0] ? program : NULL;
 }
 
-/* The program failed to start or is of another build: say so once, and
-** fork from now on. */
+/* The program is no longer trusted, failed to start or is of another
+** build: say so once, and fork from now on. */
 static void program_refuse(const char *prog, const char *why)
 {
   if (!atomic_exchange(&program_refused, true))
@@ -886,7 +893,6 @@ static int worker_dir(wslot *w, char *reason, size_t rlen)
 }
 
 static io_rc recv_all(wslot *w, void *p, size_t n, double deadline);
-static int request_limit_ms(void);
 
 /* Wait for the new worker's hello; 0 when it is this build's. */
 static int worker_hello(wslot *w, char *reason, size_t rlen)
@@ -1038,13 +1044,6 @@ static int wait_ready(wslot *w, int fd, short ev, double deadline)
     if (np == 3 && (p[2].revents & POLLIN))
       return -1;   /* exited, and nothing left to read */
   }
-}
-
-
-static int request_limit_ms(void)
-{
-  int limit = atomic_load(&timeout_ms);
-  return limit > 0 ? limit : JCPU_WORKER_TIMEOUT_MS;
 }
 
 static io_rc send_all(wslot *w, const void *p, size_t n, double deadline)

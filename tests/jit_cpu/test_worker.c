@@ -625,12 +625,7 @@ static void test_worker_settings_pinned(void **state)
   kir_kernel *k = exp_kernel(1003, 4.5);
   fresh_worker();
   setenv("TC_GCCJIT", "libtc-no-such-gccjit.so.0", 1);
-  jcpu_kernel *jk = NULL;
-  char why[256] = "";
-  jcpu_status st = jcpu_worker_compile(k, KEY_A, NULL, &jk, why, sizeof why);
-  unsetenv("TC_GCCJIT");
-  if (st != JCPU_OK)
-    fail_msg("compile failed (%d): %s", st, why);
+  jcpu_kernel *jk = wcompile(k, KEY_A, NULL);
   check_runs(jk, k, 4.5);
   jcpu_free(jk);
   free(k);
@@ -641,6 +636,13 @@ static int restore_program(void **state)
   (void)state;
   jcpu_worker_set_program(NULL);
   jcpu_worker_set_timeout(0);
+  return 0;
+}
+
+static int restore_environment(void **state)
+{
+  (void)state;
+  unsetenv("TC_GCCJIT");
   return 0;
 }
 
@@ -673,11 +675,6 @@ static int use_fork(void **state)
   return 0;
 }
 
-static int restore_program_group(void **state)
-{
-  return restore_program(state);
-}
-
 int main(void)
 {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tc-test-worker-tmp-XXXXXX");
@@ -704,7 +701,8 @@ int main(void)
     cmocka_unit_test_teardown(test_worker_fork_inherits_locks,
                               restore_program),
     cmocka_unit_test_teardown(test_worker_program_refused, restore_program),
-    cmocka_unit_test(test_worker_settings_pinned),
+    cmocka_unit_test_teardown(test_worker_settings_pinned,
+                              restore_environment),
     cmocka_unit_test_teardown(test_worker_pool, restore_pool),
     cmocka_unit_test(test_worker_shutdown),
   };
@@ -719,7 +717,7 @@ int main(void)
     cmocka_unit_test(test_worker_parent_dies),
   };
   int rc = cmocka_run_group_tests_name("forked", forked, use_fork,
-                                       restore_program_group);
+                                       restore_program);
   rc |= cmocka_run_group_tests_name("started as tc-worker", tests, NULL,
                                     NULL);
   unlink(marker);
