@@ -9,17 +9,25 @@ cd "$(dirname "$0")/.."
 bash tools/install-deps.sh || { echo "dependency install failed"; exit 1; }
 
 passed=0 failed=0 skipped=0
+failures=$(mktemp)   # the end of each failed test's output, shown last
 count() {   # tally meson's JSON test log of build dir $1
   local log="$1/meson-logs/testlog.json"
   [ -f "$log" ] || { failed=$((failed + 1)); return; }
-  read -r p f s < <(python3 - "$log" <<'PY'
+  read -r p f s < <(python3 - "$log" "$1" "$failures" <<'PY'
 import json, sys
 p = f = s = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
-    if r in ("OK", "EXPECTEDFAIL"): p += 1
-    elif r == "SKIP": s += 1
-    else: f += 1
+with open(sys.argv[3], "a") as out:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        if r["result"] in ("OK", "EXPECTEDFAIL"): p += 1
+        elif r["result"] == "SKIP": s += 1
+        else:
+            f += 1
+            tail = (r.get("stdout") or "").splitlines()[-40:]
+            out.write("-- %s: %s %s (exit %s, %.1f s); its last lines:\n"
+                      % (sys.argv[2], r["name"], r["result"],
+                         r.get("returncode"), r.get("duration") or 0))
+            out.write("".join("   | " + t + "\n" for t in tail))
 print(p, f, s)
 PY
 )
@@ -47,7 +55,7 @@ suite() {   # suite NAME BUILDDIR [meson setup args...]
 # (TC_TEST_CUDA_CACHE), each keyed by the exact text it was made from. The
 # sanitized suite runs the same programs, so it loads what release made.
 shared=$(mktemp -d)
-trap 'rm -rf "$shared"' EXIT
+trap 'rm -rf "$shared" "$failures"' EXIT
 export TC_TEST_STORE="$shared/store" TC_TEST_CUDA_CACHE="$shared/cuda"
 mkdir -p "$TC_TEST_STORE" "$TC_TEST_CUDA_CACHE"
 
@@ -80,6 +88,13 @@ else
   failed=$((failed + 1)); echo "contract: install FAIL"
 fi
 rm -rf "$prefix"
+
+if [ -s "$failures" ]; then
+  echo
+  echo "== failed tests =="
+  cat "$failures"
+fi
+rm -f "$failures"
 
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

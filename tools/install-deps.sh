@@ -3,7 +3,7 @@
 # does nothing when they are all present). Needs root or sudo.
 set -euo pipefail
 pkgs=(build-essential pkg-config meson ninja-build libcmocka-dev
-      libopenblas-dev libgccjit-12-dev libxxhash-dev python3)
+      libopenblas-dev libgccjit-12-dev libxxhash-dev python3 procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

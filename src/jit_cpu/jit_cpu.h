@@ -170,10 +170,12 @@ void jcpu_fail_next(int n);
 ** exhausted" and calls exit(1), as libgccjit's xmalloc does; JCPU_FAULT_NOMEM
 ** caps the child's address space (RLIMIT_AS) a little above its size, so
 ** the compile itself runs out of memory; JCPU_FAULT_HANG sleeps past the
-** timeout. */
+** timeout; JCPU_FAULT_ORPHAN starts a process that runs on (as the driver
+** starts as and ld) and is killed while it runs; JCPU_FAULT_SLOW waits
+** 300 ms, then compiles (a request long in flight). */
 typedef enum {
   JCPU_FAULT_NONE, JCPU_FAULT_CRASH, JCPU_FAULT_KILL, JCPU_FAULT_EXIT,
-  JCPU_FAULT_NOMEM, JCPU_FAULT_HANG
+  JCPU_FAULT_NOMEM, JCPU_FAULT_HANG, JCPU_FAULT_ORPHAN, JCPU_FAULT_SLOW
 } jcpu_fault;
 void jcpu_worker_fault_next(jcpu_fault kind);
 /* Override JCPU_WORKER_TIMEOUT_MS, JCPU_WORKER_MAX_COMPILES and

@@ -95,8 +95,11 @@ static void say(char *reason, size_t rlen, const char *fmt, ...)
       *c = ' ';
 }
 
-/* read/write exactly n bytes (blocking; EINTR retried). read_full: 1 when
-** done, 0 on EOF before the first byte, -1 on error or EOF midway. */
+/* The child's side of the socket: read/write exactly n bytes (blocking;
+** EINTR retried). read_full: 1 when done, 0 on EOF before the first byte,
+** -1 on error or EOF midway. write_full sends with MSG_NOSIGNAL: a worker
+** whose parent died mid-compile gets EPIPE, not SIGPIPE, and still
+** removes its folder before it leaves. */
 static int read_full(int fd, void *p, size_t n)
 {
   size_t got = 0;
@@ -114,7 +117,7 @@ static int read_full(int fd, void *p, size_t n)
 static int write_full(int fd, const void *p, size_t n)
 {
   while (n > 0) {
-    ssize_t r = write(fd, p, n);
+    ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0)
@@ -275,6 +278,17 @@ static void child_fault(uint32_t fault, struct rlimit *saved)
     setrlimit(RLIMIT_AS, &rl);
     break;
   }
+  case JCPU_FAULT_ORPHAN:
+    if (fork() == 0) {   /* an `as` that runs on: until killed, or 10 s */
+      alarm(10);
+      for (;;)
+        pause();
+    }
+    raise(SIGKILL);
+    break;
+  case JCPU_FAULT_SLOW:
+    nanosleep(&(struct timespec){ 0, 300 * 1000000 }, NULL);
+    break;
   case JCPU_FAULT_HANG:
     for (;;)
       pause();
@@ -517,15 +531,75 @@ static void signal_worker(wslot *w, int sig)
     kill(w->pid, sig);
 }
 
-/* Wait up to grace_ms for the worker to end, then kill it; reap it, say
-** how it ended (when why is non-NULL), close our ends, remove its TMPDIR. */
+/* 1 when the worker has ended but is not reaped yet (its pid, and so its
+** process group's id, are still ours), 0 while it runs, -1 when someone
+** else reaped it (SIGCHLD ignored, a wait(-1) of the user's). */
+static int worker_ended(const wslot *w)
+{
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+    return errno == EINTR ? 0 : -1;
+  return si.si_pid == w->pid;
+}
+
+/* The processes a worker starts (the driver's as and ld) are in its
+** process group, the worker being a session leader. Left alive when it is
+** killed, they would go on writing into its folder or the store after we
+** have cleaned up. Killed while the worker is unreaped, so the group's id
+** cannot name anyone else's; then waited for, bounded, until none is
+** running (only probed: the id may be free once they are gone). */
+static void group_kill(pid_t pgid) { kill(-pgid, SIGKILL); }
+
+/* Is a process of group pgid still running? A zombie is not (it writes
+** nothing, and its new parent may take its time to reap it). */
+static bool group_running(pid_t pgid)
+{
+  if (kill(-pgid, 0) < 0)
+    return false;   /* the usual case: none left, zombies neither */
+  DIR *d = opendir("/proc");
+  if (!d)
+    return true;
+  bool running = false;
+  struct dirent *e;
+  while (!running && (e = readdir(d)) != NULL) {
+    char path[300], buf[512];
+    if (e->d_name[0] < '1' || e->d_name[0] > '9')
+      continue;
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    /* "pid (comm) state ppid pgrp ...": comm may hold anything but the
+    ** last ')' */
+    char *p = strrchr(buf, ')'), state;
+    int ppid, pgrp;
+    if (p && sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3)
+      running = pgrp == pgid && state != 'Z' && state != 'X';
+  }
+  closedir(d);
+  return running;
+}
+
+static void group_wait(pid_t pgid)
+{
+  double until = tensor_now_ms() + 500;
+  while (group_running(pgid) && tensor_now_ms() < until)
+    nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+}
+
+/* Wait up to grace_ms for the worker to end, then kill it and what it
+** started; reap it, say how it ended (when why is non-NULL), close our
+** ends, remove its TMPDIR. */
 static void worker_reap(wslot *w, int grace_ms, char *why, size_t wlen)
 {
-  int status = 0;
+  int status = 0, ended;
   pid_t r;
   double until = tensor_now_ms() + grace_ms;
-  while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 &&
-         tensor_now_ms() < until) {
+  while ((ended = worker_ended(w)) == 0 && tensor_now_ms() < until) {
     if (w->pidfd >= 0) {
       struct pollfd p = { w->pidfd, POLLIN, 0 };
       poll(&p, 1, (int)(until - tensor_now_ms()) + 1);
@@ -533,11 +607,14 @@ static void worker_reap(wslot *w, int grace_ms, char *why, size_t wlen)
       nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
     }
   }
-  if (r == 0) {
+  if (ended == 0)
     signal_worker(w, SIGKILL);
-    while ((r = waitpid(w->pid, &status, 0)) < 0 && errno == EINTR)
-      ;
-  }
+  if (ended >= 0)
+    group_kill(w->pid);
+  while ((r = waitpid(w->pid, &status, 0)) < 0 && errno == EINTR)
+    ;
+  if (ended >= 0)
+    group_wait(w->pid);
   drain_err(w);
   if (why) {
     char last[200];

@@ -4,7 +4,8 @@
 ** artifact carries its key and a wrong key is refused; whatever the child
 ** does (crash, SIGKILL, exit(1) as on "virtual memory exhausted", a real
 ** out-of-memory, a hang) the request fails with the reason, this process
-** lives on and the next compile gets a new worker; the child holds none of
+** lives on and the next compile gets a new worker; what it started (as,
+** ld) dies with it; the child holds none of
 ** our descriptors and runs none of our exit handlers; it is replaced after
 ** its limits, ends when we die, and leaves nothing in TMPDIR. Workers are
 ** this build's tc-worker program, which starts clean where a fork inherits
@@ -114,6 +115,28 @@ static int list_dir(const char *dir, char names[][256], int max)
 }
 
 static bool alive(long pid) { return pid > 0 && kill((pid_t)pid, 0) == 0; }
+
+/* Processes of group pgid that are not zombies (a zombie writes nothing;
+** init may be slow to reap one), from ps. */
+static int group_alive(pid_t pgid)
+{
+  char cmd[200], line[256];
+  snprintf(cmd, sizeof cmd, "ps -e -o pgid=,stat=,pid=,comm=");
+  FILE *ps = popen(cmd, "r");
+  assert_non_null(ps);
+  int n = 0;
+  while (fgets(line, sizeof line, ps)) {
+    int g;
+    char stat[16];
+    if (sscanf(line, "%d %15s", &g, stat) == 2 && g == pgid &&
+        stat[0] != 'Z') {
+      printf("# still running: %s", line);
+      n++;
+    }
+  }
+  assert_int_equal(pclose(ps), 0);
+  return n;
+}
 
 /* End the running worker (an injected SIGKILL), so the next compile starts
 ** a fresh one. */
@@ -261,6 +284,29 @@ static void test_worker_crash(void **state)
              sizeof why);
 }
 
+/* What the worker started (the driver's as and ld, in its process group)
+** ends with it: nothing of it runs on to write into TMPDIR or the store
+** after the request has failed. */
+static void test_worker_orphan(void **state)
+{
+  (void)state;
+  kir_kernel *k = exp_kernel(778, 6.0);
+  jcpu_free(wcompile(k, KEY_A, NULL));
+  pid_t before = (pid_t)jcpu_worker_pid();
+  assert_true(alive(before));
+  jcpu_worker_fault_next(JCPU_FAULT_ORPHAN);
+  char why[256];
+  wfail(k, why, sizeof why);
+  assert_string_equal(why, "compile worker died (signal 9)");
+  assert_int_equal(group_alive(before), 0);
+  char names[8][256];
+  int n = list_dir(tmpdir, names, 8);
+  for (int i = 0; i < n; i++)
+    printf("# left in TMPDIR: %s\n", names[i]);
+  assert_int_equal(n, 0);
+  free(k);
+}
+
 /* libgccjit's xmalloc prints "virtual memory exhausted" and calls exit(1):
 ** the child's exit, its last words as the reason, our handlers not run. */
 static void test_worker_exit(void **state)
@@ -371,11 +417,22 @@ static void test_worker_limits(void **state)
   free(k);
 }
 
-/* A process that dies without stopping its worker (SIGKILL): the worker
-** sees EOF, removes its TMPDIR and exits. */
-static void test_worker_parent_dies(void **state)
+/* A process that dies without stopping its worker (SIGKILL), while the
+** worker is idle or in the middle of a request: the worker sees EOF, or
+** fails to send its answer (EPIPE, never SIGPIPE), removes its TMPDIR and
+** exits. */
+static void *compile_slowly(void *arg)
 {
-  (void)state;
+  kir_kernel *k = arg;
+  jcpu_kernel *jk = NULL;
+  char why[256];
+  jcpu_worker_fault_next(JCPU_FAULT_SLOW);
+  jcpu_worker_compile(k, KEY_B, NULL, &jk, why, sizeof why);
+  return NULL;
+}
+
+static void parent_dies(bool mid_request)
+{
   char dir[] = "/tmp/tc-test-orphan-XXXXXX";
   assert_non_null(mkdtemp(dir));
   int p[2];
@@ -392,6 +449,12 @@ static void test_worker_parent_dies(void **state)
     long pid = jcpu_worker_pid();
     if (write(p[1], &pid, sizeof pid) != sizeof pid)
       _exit(1);
+    pthread_t t;
+    if (mid_request) {   /* dies 100 ms into the worker's 300 ms wait */
+      if (pthread_create(&t, NULL, compile_slowly, k) != 0)
+        _exit(1);
+      nanosleep(&(struct timespec){ 0, 100 * 1000000 }, NULL);
+    }
     raise(SIGKILL);
   }
   close(p[1]);
@@ -401,13 +464,24 @@ static void test_worker_parent_dies(void **state)
   int status;
   assert_int_equal(waitpid(child, &status, 0), child);
   assert_true(WIFSIGNALED(status));
+  char names[8][256];
   double t0 = now_ms();
-  while (alive(wpid) && now_ms() - t0 < 10000)
+  while ((alive(wpid) || list_dir(dir, names, 8) > 0) &&
+         now_ms() - t0 < 10000)
     usleep(10000);
   assert_false(alive(wpid));
-  char names[8][256];
-  assert_int_equal(list_dir(dir, names, 8), 0);   /* its folder went too */
+  int n = list_dir(dir, names, 8);   /* its folder went too */
+  for (int i = 0; i < n; i++)
+    printf("# left in TMPDIR: %s\n", names[i]);
+  assert_int_equal(n, 0);
   rmdir(dir);
+}
+
+static void test_worker_parent_dies(void **state)
+{
+  (void)state;
+  parent_dies(false);
+  parent_dies(true);
 }
 
 /* -- Unsupported kernels, shutdown ---------------------------------------------------- */
@@ -690,6 +764,7 @@ int main(void)
     cmocka_unit_test(test_worker_private_files),
     cmocka_unit_test(test_worker_artifact_key),
     cmocka_unit_test(test_worker_crash),
+    cmocka_unit_test(test_worker_orphan),
     cmocka_unit_test(test_worker_exit),
     cmocka_unit_test(test_worker_nomem),
     cmocka_unit_test_teardown(test_worker_hang, restore_timeout),
@@ -711,6 +786,7 @@ int main(void)
   const struct CMUnitTest forked[] = {
     cmocka_unit_test(test_worker_kernel_equals_eager),
     cmocka_unit_test(test_worker_crash),
+    cmocka_unit_test(test_worker_orphan),
     cmocka_unit_test(test_worker_exit),
     cmocka_unit_test(test_worker_fds),
     cmocka_unit_test(test_worker_limits),
