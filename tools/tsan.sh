@@ -2,9 +2,11 @@
 # tsan.sh [BUILD] -- the tests that share tc between threads, built with
 # ThreadSanitizer and run in both modes: test_threads (the API's threading
 # contract: tensors shared, released on other threads, lazy ones of compile
-# mode included), test_trace (the kernel table asked from many threads)
-# and test_worker (the compile worker pool, and tc-worker, which it
-# starts). Prints each run's data races and exits 1 when any was found.
+# mode included), test_trace (the kernel table asked from many threads),
+# test_worker (the compile worker pool, and tc-worker, which it starts)
+# and test_exit (exit() on one thread while another runs ops: the
+# exit-time destructors against a live thread). Prints each run's data
+# races and exits 1 when any was found.
 # Not part of tests/run-all.sh (the build takes minutes here); run it after
 # a change to locking, refcounts, scopes or the compile path. BUILD
 # defaults to build-tsan.
@@ -16,7 +18,7 @@ if [ ! -f "$dir/build.ninja" ]; then
     -Db_lundef=false >/dev/null || exit 2
 fi
 ninja -C "$dir" tc-worker tests/test_threads tests/test_trace tests/test_worker \
-  >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
+  tests/test_exit >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0} TC_CACHE=0
 races=0
 run() {   # run NAME ENV... -- BINARY
@@ -36,4 +38,5 @@ run "threads, eager"    TC_COMPILE=0 "$dir/tests/test_threads"
 run "threads, compiled" TC_COMPILE=1 "$dir/tests/test_threads"
 run "trace"             TC_ASYNC=0 "$dir/tests/test_trace"
 run "worker"            TC_ASYNC=0 "$dir/tests/test_worker"
+run "exit"              "$dir/tests/test_exit"
 [ "$races" -eq 0 ]

@@ -38,14 +38,18 @@ static bool shows_node(const tc_tensor *t, const trace_node *n)
 #define NODE_CACHE TUNE_NODE_CACHE
 #endif
 
+/* Under the lock: exit() on one thread leaves the others running, and
+** they may be recording. */
 __attribute__((destructor)) static void node_cache_at_exit(void)
 {
+  trace_lock();
   while (trace_g.free_nodes) {
     trace_node *n = trace_g.free_nodes;
     trace_g.free_nodes = (trace_node *)n->handles;
     free(n);
   }
   trace_g.nfree = 0;
+  trace_unlock();
 }
 
 /* An uninitialized node; node_for_call sets every field it reads. */

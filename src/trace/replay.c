@@ -144,13 +144,16 @@ static void tape_clear(tape *t)
   memset(t, 0, sizeof *t);
 }
 
+/* Under the lock: exit() on one thread leaves the others running, and
+** they may be replaying these tapes. */
 __attribute__((destructor)) static void tapes_at_exit(void)
 {
-  if (rp.run)   /* a run still in flight keeps its inputs: let them go */
-    return;
-  for (int i = 0; i < TUNE_REPLAY_TAPES; i++)
-    if (tapes[i].hash)
-      tape_clear(&tapes[i]);
+  trace_lock();
+  if (!rp.run)   /* a run still in flight keeps its inputs: let them go */
+    for (int i = 0; i < TUNE_REPLAY_TAPES; i++)
+      if (tapes[i].hash)
+        tape_clear(&tapes[i]);
+  trace_unlock();
 }
 
 /* Can region r (realized for a read of one value, outputs[0], its plan
