@@ -3,6 +3,7 @@
 # ThreadSanitizer and run in both modes: test_threads (the API's threading
 # contract: tensors shared, released on other threads, lazy ones of compile
 # mode included), test_trace (the kernel table asked from many threads),
+# test_lock (the trace lock's bias revoked under contention),
 # test_worker (the compile worker pool, and tc-worker, which it starts)
 # and test_exit (exit() on one thread while another runs ops: the
 # exit-time destructors against a live thread). Prints each run's data
@@ -17,8 +18,8 @@ if [ ! -f "$dir/build.ninja" ]; then
   meson setup "$dir" -Dbuildtype=debugoptimized -Db_sanitize=thread \
     -Db_lundef=false >/dev/null || exit 2
 fi
-ninja -C "$dir" tc-worker tests/test_threads tests/test_trace tests/test_worker \
-  tests/test_exit >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
+ninja -C "$dir" tc-worker tests/test_threads tests/test_trace tests/test_lock \
+  tests/test_worker tests/test_exit >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0} TC_CACHE=0
 races=0
 run() {   # run NAME ENV... -- BINARY
@@ -37,6 +38,7 @@ run() {   # run NAME ENV... -- BINARY
 run "threads, eager"    TC_COMPILE=0 "$dir/tests/test_threads"
 run "threads, compiled" TC_COMPILE=1 "$dir/tests/test_threads"
 run "trace"             TC_ASYNC=0 "$dir/tests/test_trace"
+run "lock"              "$dir/tests/test_lock"
 run "worker"            TC_ASYNC=0 "$dir/tests/test_worker"
 run "exit"              "$dir/tests/test_exit"
 [ "$races" -eq 0 ]

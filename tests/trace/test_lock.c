@@ -6,6 +6,7 @@
 ** process, so the first taker really gets the bias.
 */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,7 +25,7 @@
 #define THREADS 3      /* besides the owner */
 
 static long counter;   /* plain: only the lock protects it */
-static volatile int go;
+static atomic_int go;   /* the others' start signal */
 
 /* counter++, spread out: a read, a pause, a write, so that two threads
 ** inside at once lose increments rather than rarely. */
@@ -55,7 +56,7 @@ static void count_under_lock(void)
 static void *other_thread(void *arg)
 {
   (void)arg;
-  while (!go)
+  while (!atomic_load(&go))
     ;
   count_under_lock();
   return NULL;
@@ -67,7 +68,7 @@ static void *other_thread(void *arg)
 static long contend(void)
 {
   counter = 0;
-  go = 0;
+  atomic_store(&go, 0);
   pthread_t th[THREADS];
   for (int i = 0; i < THREADS; i++)
     if (pthread_create(&th[i], NULL, other_thread, NULL) != 0)
@@ -75,7 +76,7 @@ static long contend(void)
   /* The owner lets the others go from inside the lock and stays 20 ms:
   ** whoever revokes the bias must wait for it to leave. */
   trace_lock();
-  go = 1;
+  atomic_store(&go, 1);
   long before = counter;
   usleep(20000);
   bool alone = counter == before;
