@@ -115,7 +115,22 @@ static int list_dir(const char *dir, char names[][256], int max)
   return n;
 }
 
-static bool alive(long pid) { return pid > 0 && kill((pid_t)pid, 0) == 0; }
+/* Running: a zombie is not (an orphan's new parent may be slow to reap). */
+static bool alive(long pid)
+{
+  if (pid <= 0 || kill((pid_t)pid, 0) != 0)
+    return false;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' && p[2] != 'Z';
+}
 
 /* Processes of group pgid that are not zombies (a zombie writes nothing;
 ** init may be slow to reap one), from ps. */
