@@ -173,22 +173,92 @@ void hr_cache_put(const char *name, const char *text)
 ** libm only (-nostdlib): the C library's start files and libgcc add nothing
 ** to a kernel but a sixth of gcc's time, and what it calls of libc binds to
 ** the test process's at dlopen. */
+#define GCC_FLAGS "gcc -std=gnu11 -O0 -fPIC -ffp-contract=off " \
+  "-fno-strict-aliasing -fno-math-errno -fno-trapping-math -Wall -Werror " \
+  "-Wno-unused-function -Wno-unused-variable"
+
+/* Every kernel's text opens with the same prelude (types, the shim's names
+** and approx.h: some 1300 of its lines, in a few variants by the
+** precisions a kernel leaves out), and parsing it is most of gcc's time on
+** a kernel. So the text is cut after approx.h: the prelude becomes a
+** header (shim.h first, as -include put it) that is precompiled once per
+** variant, and the kernel's own lines are compiled with it: gcc reads the
+** same text (a .gch it cannot use, it ignores and reads the header). */
+#define PRELUDE_END "#endif /* TC_APPROX_H */\n"
+
+static pthread_mutex_t prelude_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Write text to path by rename, so a reader sees all of it or none. */
+static int write_by_rename(const char *path, const char *text)
+{
+  char tmp[600];
+  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >=
+      (int)sizeof tmp)
+    return -1;
+  if (hr_write_file(tmp, text) == 0 && rename(tmp, path) == 0)
+    return 0;
+  unlink(tmp);
+  return -1;
+}
+
+/* The precompiled header for src's prelude (its path into hdr, beside its
+** .gch, in the cache or the work folder): the length of the prelude in
+** src, or 0 when src has none or the header cannot be made (then the text
+** is compiled whole). */
+static size_t prelude_header(const char *src, char *hdr, size_t hlen)
+{
+  const char *end = strstr(src, PRELUDE_END);
+  if (!end)
+    return 0;
+  size_t n = (size_t)(end - src) + strlen(PRELUDE_END);
+  size_t tlen = n + strlen(HX_SHIM) + 16;
+  char *text = malloc(tlen);
+  if (!text)
+    return 0;
+  snprintf(text, tlen, "#include \"%s\"\n%.*s", HX_SHIM, (int)n, src);
+  const char *dir = hr_cache_dir() ? hr_cache_dir() : workdir;
+  char name[64], gch[600], cmd[1600];
+  snprintf(name, sizeof name, "prelude-%016llx.h",
+           (unsigned long long)hr_hash(text));
+  if (snprintf(hdr, hlen, "%s/%s", dir, name) >= (int)hlen ||
+      snprintf(gch, sizeof gch, "%s.gch", hdr) >= (int)sizeof gch) {
+    free(text);
+    return 0;
+  }
+  pthread_mutex_lock(&prelude_lock);
+  char *kept = hr_read_file(hdr);
+  bool ready = kept && strcmp(kept, text) == 0 && access(gch, R_OK) == 0;
+  free(kept);
+  if (!ready && write_by_rename(hdr, text) == 0) {
+    char tmp[640];
+    ready = snprintf(tmp, sizeof tmp, "%s.%ld.tmp", gch, (long)getpid()) <
+                (int)sizeof tmp &&
+            snprintf(cmd, sizeof cmd, GCC_FLAGS " -x c-header -o '%s' '%s' "
+                     "2>/dev/null", tmp, hdr) < (int)sizeof cmd &&
+            system(cmd) == 0 && rename(tmp, gch) == 0;
+    if (!ready)
+      unlink(tmp);
+  }
+  pthread_mutex_unlock(&prelude_lock);
+  free(text);
+  return ready ? n : 0;
+}
+
 static int gcc_so(const char *src, const char *c, const char *so,
                   char *why, size_t wlen)
 {
-  char cmd[1200];
-  if (hr_write_file(c, src) < 0) {
+  char cmd[1800], hdr[512], inc[600];
+  size_t skip = prelude_header(src, hdr, sizeof hdr);
+  snprintf(inc, sizeof inc, "-include '%s'", skip ? hdr : HX_SHIM);
+  if (hr_write_file(c, src + skip) < 0) {
     snprintf(why, wlen, "cannot write %s", c);
     return -1;
   }
-  snprintf(cmd, sizeof cmd,
-           "gcc -std=gnu11 -O0 -fPIC -shared -ffp-contract=off "
-           "-fno-strict-aliasing -fno-math-errno -fno-trapping-math "
-           "-Wall -Werror -Wno-unused-function -Wno-unused-variable "
-           "-nostdlib -include '%s' -o '%s' '%s' -lm 2>'%s.log'",
-           HX_SHIM, so, c, c);
+  snprintf(cmd, sizeof cmd, GCC_FLAGS " -shared -nostdlib %s -o '%s' '%s' "
+           "-lm 2>'%s.log'", inc, so, c, c);
   if (system(cmd) != 0) {
-    snprintf(why, wlen, "gcc failed on the CUDA C (%s, log %s.log)", c, c);
+    snprintf(why, wlen, "gcc failed on the CUDA C (%s%s%s, log %s.log)", c,
+             skip ? " after " : "", skip ? hdr : "", c);
     return -1;
   }
   unlink(c);
