@@ -115,6 +115,16 @@ static int list_dir(const char *dir, char names[][256], int max)
   return n;
 }
 
+/* Nothing left in dir (what is, is listed). */
+static void assert_empty(const char *dir)
+{
+  char names[8][256];
+  int n = list_dir(dir, names, 8);
+  for (int i = 0; i < n; i++)
+    printf("# left in %s: %s\n", dir, names[i]);
+  assert_int_equal(n, 0);
+}
+
 /* Running: a zombie is not (an orphan's new parent may be slow to reap). */
 static bool alive(long pid)
 {
@@ -315,11 +325,7 @@ static void test_worker_orphan(void **state)
   wfail(k, why, sizeof why);
   assert_string_equal(why, "compile worker died (signal 9)");
   assert_int_equal(group_alive(before), 0);
-  char names[8][256];
-  int n = list_dir(tmpdir, names, 8);
-  for (int i = 0; i < n; i++)
-    printf("# left in TMPDIR: %s\n", names[i]);
-  assert_int_equal(n, 0);
+  assert_empty(tmpdir);
   free(k);
 }
 
@@ -485,10 +491,7 @@ static void parent_dies(bool mid_request)
          now_ms() - t0 < 10000)
     usleep(10000);
   assert_false(alive(wpid));
-  int n = list_dir(dir, names, 8);   /* its folder went too */
-  for (int i = 0; i < n; i++)
-    printf("# left in TMPDIR: %s\n", names[i]);
-  assert_int_equal(n, 0);
+  assert_empty(dir);   /* its folder went too */
   rmdir(dir);
 }
 
@@ -749,11 +752,7 @@ static void test_worker_shutdown(void **state)
   wfail(k, why, sizeof why);
   assert_string_equal(why, "compile cancelled: the process is exiting");
   assert_int_equal(jcpu_worker_pid(), 0);
-  char names[8][256];
-  int n = list_dir(tmpdir, names, 8);
-  for (int i = 0; i < n; i++)
-    printf("# left in TMPDIR: %s\n", names[i]);
-  assert_int_equal(n, 0);
+  assert_empty(tmpdir);
   free(k);
 }
 
