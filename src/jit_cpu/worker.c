@@ -280,6 +280,7 @@ static void child_fault(uint32_t fault, struct rlimit *saved)
   }
   case JCPU_FAULT_ORPHAN:
     if (fork() == 0) {   /* an `as` that runs on: until killed, or 10 s */
+      close(CHILD_SOCK);   /* as and ld never hold it (close-on-exec) */
       alarm(10);
       for (;;)
         pause();
