@@ -46,15 +46,19 @@ uint64_t hr_hash(const char *s)
   return h;
 }
 
+/* At exit, under the compile lock: a compile thread may still be making an
+** object in the folder (ThreadSanitizer saw the race). */
 void hr_cleanup(void)
 {
-  if (!workdir[0])
-    return;
-  char cmd[320];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "hostrun: could not remove %s\n", workdir);
-  workdir[0] = 0;
+  pthread_mutex_lock(&compile_lock);
+  if (workdir[0]) {
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+    if (system(cmd) != 0)
+      fprintf(stderr, "hostrun: could not remove %s\n", workdir);
+    workdir[0] = 0;
+  }
+  pthread_mutex_unlock(&compile_lock);
 }
 
 static int ensure_workdir(char *why, size_t wlen)
@@ -376,6 +380,18 @@ void *hr_symbol(hr_module *m, const char *name)
 #define STACK_CLEAN(p, n) ((void)(p), (void)(n))
 #endif
 
+/* ThreadSanitizer, likewise: each fiber has its own context, switched to
+** just before each switch, or it reads the scheduler's and the fibers'
+** frames as one ever deeper stack (and runs out of room for it). */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define TSAN_SWITCH_TO(ctx) __tsan_switch_to_fiber(ctx, 0)
+#define TSAN_CURRENT() __tsan_get_current_fiber()
+#else
+#define TSAN_SWITCH_TO(ctx) ((void)(ctx))
+#define TSAN_CURRENT() NULL
+#endif
+
 /* -- Switching stacks ----------------------------------------------------------
 ** On x86-64 a switch is hr_fiber_switch: the callee-saved registers and the
 ** floating-point control words pushed on the current stack, its pointer
@@ -415,6 +431,7 @@ typedef struct {
   ucontext_t ctx;
 #endif
   char *stack;
+  void *tsan;                /* its ThreadSanitizer context, or NULL */
   bool done, at_barrier;
 } fiber;
 
@@ -428,6 +445,7 @@ static struct {
   unsigned cap;
   unsigned cur;
   const void *sched_bottom;   /* the scheduler's stack (sanitizer) */
+  void *sched_tsan;           /* its ThreadSanitizer context */
   size_t sched_size;
   hr_module *m;
   void (*call)(void *ctx);
@@ -437,6 +455,7 @@ static struct {
 /* From the running fiber to the scheduler; returns when resumed. */
 static void to_scheduler(fiber *f)
 {
+  TSAN_SWITCH_TO(run.sched_tsan);
 #if FAST_SWITCH
   hr_fiber_switch(&f->sp, run.sched_sp);
 #else
@@ -469,6 +488,18 @@ static void fiber_main(void)
   /* swapcontext: returns to uc_link, the scheduler */
 }
 
+/* A fresh ThreadSanitizer context for a fiber (re)started on its stack. */
+static void tsan_fresh(fiber *f)
+{
+#if defined(__SANITIZE_THREAD__)
+  if (f->tsan)
+    __tsan_destroy_fiber(f->tsan);
+  f->tsan = __tsan_create_fiber(0);
+#else
+  (void)f;
+#endif
+}
+
 static int fibers_reserve(unsigned n)
 {
   if (n <= run.cap)
@@ -479,6 +510,7 @@ static int fibers_reserve(unsigned n)
   run.f = f;
   for (unsigned i = run.cap; i < n; i++) {
     f[i].stack = malloc(FIBER_STACK);
+    f[i].tsan = NULL;
     if (!f[i].stack)
       return -1;
     run.cap = i + 1;
@@ -508,6 +540,7 @@ static void fiber_start(fiber *f)
   sp[7] = (uint64_t)(uintptr_t)fiber_main;
   f->sp = sp;
   f->done = f->at_barrier = false;
+  tsan_fresh(f);
 }
 #else
 /* getcontext and swapcontext return twice: kept out of run_block's loops
@@ -520,6 +553,7 @@ __attribute__((noinline)) static void fiber_start(fiber *f)
   f->ctx.uc_link = &run.sched;
   makecontext(&f->ctx, fiber_main, 0);
   f->done = f->at_barrier = false;
+  tsan_fresh(f);
 }
 #endif
 
@@ -531,6 +565,7 @@ __attribute__((noinline)) static void fiber_resume(fiber *f, unsigned t)
   run.m->tidx->x = t;
   void *save = NULL;
   SWITCH_START(&save, f->stack, FIBER_STACK);
+  TSAN_SWITCH_TO(f->tsan);
 #if FAST_SWITCH
   hr_fiber_switch(&run.sched_sp, f->sp);
 #else
@@ -617,6 +652,7 @@ int hr_launch(hr_module *m, unsigned grid, unsigned block,
   *m->bdim = (struct dim3){ block, 1, 1 };
   *m->tidx = (struct dim3){ 0, 0, 0 };
   run.m = m;
+  run.sched_tsan = TSAN_CURRENT();
   run.call = call;
   run.ctx = ctx;
   rc = 0;
