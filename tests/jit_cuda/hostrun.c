@@ -190,8 +190,6 @@ void hr_cache_put(const char *name, const char *text)
 ** same text (a .gch it cannot use, it ignores and reads the header). */
 #define PRELUDE_END "#endif /* TC_APPROX_H */\n"
 
-static pthread_mutex_t prelude_lock = PTHREAD_MUTEX_INITIALIZER;
-
 /* Write text to path by rename, so a reader sees all of it or none. */
 static int write_by_rename(const char *path, const char *text)
 {
@@ -208,7 +206,7 @@ static int write_by_rename(const char *path, const char *text)
 /* The precompiled header for src's prelude (its path into hdr, beside its
 ** .gch, in the cache or the work folder): the length of the prelude in
 ** src, or 0 when src has none or the header cannot be made (then the text
-** is compiled whole). */
+** is compiled whole). Under the compile lock. */
 static size_t prelude_header(const char *src, char *hdr, size_t hlen)
 {
   const char *end = strstr(src, PRELUDE_END);
@@ -221,15 +219,21 @@ static size_t prelude_header(const char *src, char *hdr, size_t hlen)
     return 0;
   snprintf(text, tlen, "#include \"%s\"\n%.*s", HX_SHIM, (int)n, src);
   const char *dir = hr_cache_dir() ? hr_cache_dir() : workdir;
+  /* named by the shim's text too: the .gch holds what it included */
+  static uint64_t shim_hash;
+  if (!shim_hash) {
+    char *shim = hr_read_file(HX_SHIM);
+    shim_hash = shim ? hr_hash(shim) | 1 : 1;
+    free(shim);
+  }
   char name[64], gch[600], cmd[1600];
   snprintf(name, sizeof name, "prelude-%016llx.h",
-           (unsigned long long)hr_hash(text));
+           (unsigned long long)(hr_hash(text) ^ shim_hash));
   if (snprintf(hdr, hlen, "%s/%s", dir, name) >= (int)hlen ||
       snprintf(gch, sizeof gch, "%s.gch", hdr) >= (int)sizeof gch) {
     free(text);
     return 0;
   }
-  pthread_mutex_lock(&prelude_lock);
   char *kept = hr_read_file(hdr);
   bool ready = kept && strcmp(kept, text) == 0 && access(gch, R_OK) == 0;
   free(kept);
@@ -243,7 +247,6 @@ static size_t prelude_header(const char *src, char *hdr, size_t hlen)
     if (!ready)
       unlink(tmp);
   }
-  pthread_mutex_unlock(&prelude_lock);
   free(text);
   return ready ? n : 0;
 }
