@@ -158,17 +158,26 @@ static void cache_adopt(const char *from, const char *name)
     unlink(from);
 }
 
+/* Write text to path by rename, so a reader sees all of it or none. */
+static int write_by_rename(const char *path, const char *text)
+{
+  char tmp[600];
+  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >=
+      (int)sizeof tmp)
+    return -1;
+  if (hr_write_file(tmp, text) == 0 && rename(tmp, path) == 0)
+    return 0;
+  unlink(tmp);
+  return -1;
+}
+
 void hr_cache_put(const char *name, const char *text)
 {
   const char *dir = hr_cache_dir();
-  if (!dir)
-    return;
-  char tmp[512];
-  snprintf(tmp, sizeof tmp, "%s/%s.%ld.tmp", dir, name, (long)getpid());
-  if (hr_write_file(tmp, text) == 0)
-    cache_adopt(tmp, name);
-  else
-    unlink(tmp);
+  char path[512];
+  if (dir &&
+      snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path)
+    write_by_rename(path, text);   /* best effort: a compile next time */
 }
 
 /* gcc compiles the CUDA C as C11 with the shim: the same flags as libtc's
@@ -189,19 +198,6 @@ void hr_cache_put(const char *name, const char *text)
 ** variant, and the kernel's own lines are compiled with it: gcc reads the
 ** same text (a .gch it cannot use, it ignores and reads the header). */
 #define PRELUDE_END "#endif /* TC_APPROX_H */\n"
-
-/* Write text to path by rename, so a reader sees all of it or none. */
-static int write_by_rename(const char *path, const char *text)
-{
-  char tmp[600];
-  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >=
-      (int)sizeof tmp)
-    return -1;
-  if (hr_write_file(tmp, text) == 0 && rename(tmp, path) == 0)
-    return 0;
-  unlink(tmp);
-  return -1;
-}
 
 /* The precompiled header for src's prelude (its path into hdr, beside its
 ** .gch, in the cache or the work folder): the length of the prelude in
