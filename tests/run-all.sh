@@ -94,7 +94,6 @@ if [ -s "$failures" ]; then
   echo "== failed tests =="
   cat "$failures"
 fi
-rm -f "$failures"
 
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -577,8 +577,8 @@ static bool group_running(pid_t pgid)
     /* "pid (comm) state ppid pgrp ...": comm may hold anything but the
     ** last ')' */
     char *p = strrchr(buf, ')'), state;
-    int ppid, pgrp;
-    if (p && sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3)
+    int pgrp;
+    if (p && sscanf(p + 1, " %c %*d %d", &state, &pgrp) == 2)
       running = pgrp == pgid && state != 'Z' && state != 'X';
   }
   closedir(d);

@@ -146,9 +146,8 @@ static bool alive(long pid)
 ** init may be slow to reap one), from ps. */
 static int group_alive(pid_t pgid)
 {
-  char cmd[200], line[256];
-  snprintf(cmd, sizeof cmd, "ps -e -o pgid=,stat=,pid=,comm=");
-  FILE *ps = popen(cmd, "r");
+  char line[256];
+  FILE *ps = popen("ps -e -o pgid=,stat=,pid=,comm=", "r");
   assert_non_null(ps);
   int n = 0;
   while (fgets(line, sizeof line, ps)) {
