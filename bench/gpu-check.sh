@@ -177,7 +177,7 @@ fi
 (cd "$build" && TC_TEST_CUDA=host:4,nvrtc timeout "$(left)" \
    ./tests/test_fusion_cuda) > "$out/fusion-cuda.txt" 2>&1
 note "fusion kernels: $(grep '^hostexec: .* failures' "$out/fusion-cuda.txt" || echo 'did not finish')"
-(cd "$build" && TC_HOT=1 TC_TEST_CUDA=host:4,nvrtc:2 TC_RANDOM_PROGRAMS=100 \
+(cd "$build" && TC_HOT=1 TC_TEST_CUDA=host:4,nvrtc TC_RANDOM_PROGRAMS=100 \
    TC_RANDOM_SEED=5000000 timeout "$(left)" ./tests/test_random_cuda) \
    > "$out/random-cuda.txt" 2>&1
 note "random programs: $(grep '^random programs' "$out/random-cuda.txt" | cut -c1-120 || echo 'did not finish')"

@@ -9,7 +9,7 @@
 # Environment:
 #   TC_BUILD          build folder holding tests/test_random (default build)
 #   TC_RANDOM_BIN     the test binary in TC_BUILD/tests (default test_random;
-#                     test_random_cuda with TC_TEST_CUDA=host,nvrtc:N runs
+#                     test_random_cuda with TC_TEST_CUDA=host,nvrtc runs
 #                     every kernel's CUDA C on the host, tests/jit_cuda)
 #   TC_RANDOM_OUT     output folder (default a new /tmp/tc-random.XXXXXX)
 #   TC_RANDOM_SHRINK  failing seeds to shrink afterwards (default 10)

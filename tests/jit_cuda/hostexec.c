@@ -3,6 +3,7 @@
 ** NVRTC; see hostexec.h.
 */
 #include <dlfcn.h>
+#include <elf.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -171,7 +172,49 @@ int hx_run(const kir_kernel *k, char *const *bufs, const double *scalars,
   return hr_launch(kx->mod, cfg.grid, cfg.block, call_main, &a, why, wlen);
 }
 
-/* -- NVRTC and ptxas ----------------------------------------------------------- */
+/* -- NVRTC ---------------------------------------------------------------------- */
+
+static int nvrtc_one(const char *src, const char *arch, jcuda_image kind,
+                     char **image, size_t *len, char *why, size_t wlen)
+{
+  char *log = NULL;
+  if (jcuda_nvrtc_compile(src, arch, kind, image, len, &log) < 0) {
+    fprintf(stderr, "hostexec: NVRTC (%s) failed; the log:\n%s\n", arch,
+            log ? log : "(none)");
+    snprintf(why, wlen, "NVRTC failed for %s", arch);
+    free(log);
+    return -1;
+  }
+  if (log && strstr(log, "warning"))
+    fprintf(stderr, "hostexec: NVRTC (%s) warned:\n%s\n", arch, log);
+  free(log);
+  return 0;
+}
+
+int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
+{
+  if (!jcuda_nvrtc_available())
+    return 1;
+  char *src = jcuda_render(k, why, wlen);
+  if (!src)
+    return -1;
+  char ok[64];
+  int rc = 0;
+  if (!hr_cache_accepted(src, "cubin", ok, sizeof ok)) {
+    char *image = NULL;
+    size_t len;
+    rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &image, &len, why, wlen);
+    if (rc == 0)
+      hr_cache_put(ok, src);
+    else
+      fprintf(stderr, "hostexec: the CUDA C that failed:\n%s\n", src);
+    free(image);
+  }
+  free(src);
+  return rc;
+}
+
+/* -- Machine code: ptxas and NVRTC's own assembler agree ------------------- */
 
 /* The toolkit's ptxas: $CUDA_HOME's (as jcuda_open_toolkit_lib looks
 ** there too), else the usual places. */
@@ -191,81 +234,116 @@ static const char *ptxas_path(void)
   return NULL;
 }
 
-bool hx_have_ptxas(void) { return ptxas_path() != NULL; }
-
-static int ptxas(const char *ptx, char *why, size_t wlen)
+/* ptxas on ptx for sm_90: the cubin's bytes (malloc'd; *len), or NULL with
+** a reason. */
+static char *ptxas(const char *ptx, size_t *len, char *why, size_t wlen)
 {
   const char *bin = ptxas_path();
-  if (!bin)
-    return 0;
-  const char *workdir = hr_workdir(why, wlen);
+  const char *workdir = bin ? hr_workdir(why, wlen) : NULL;
   if (!workdir)
-    return -1;
+    return NULL;
   char in[300], out[300], cmd[1100];
+  pthread_mutex_lock(&lock);
   unsigned long id = nfiles++;
+  pthread_mutex_unlock(&lock);
   snprintf(in, sizeof in, "%s/p%lu.ptx", workdir, id);
   snprintf(out, sizeof out, "%s/p%lu.cubin", workdir, id);
   if (hr_write_file(in, ptx) < 0) {
     snprintf(why, wlen, "cannot write %s", in);
-    return -1;
+    return NULL;
   }
   snprintf(cmd, sizeof cmd, "'%s' -arch=sm_90 -o '%s' '%s'", bin, out, in);
-  int rc = system(cmd);
-  if (rc != 0) {
+  char *image = NULL;
+  if (system(cmd) != 0)
     snprintf(why, wlen, "ptxas failed on %s", in);
-    return -1;
-  }
-  unlink(in);
+  else if (!(image = hr_read_bytes(out, len)))
+    snprintf(why, wlen, "cannot read %s", out);
+  else
+    unlink(in);
   unlink(out);
-  return 0;
+  return image;
 }
 
-static int nvrtc_one(const char *src, const char *arch, jcuda_image kind,
-                     char **image, char *why, size_t wlen)
+/* The machine code of a cubin (ELF64): each .text.* section's name and
+** bytes, in section order, written into out; false if it is not one. */
+static bool machine_code(const char *img, size_t len, char *out, size_t olen,
+                         size_t *used)
 {
-  size_t len;
-  char *log = NULL;
-  if (jcuda_nvrtc_compile(src, arch, kind, image, &len, &log) < 0) {
-    fprintf(stderr, "hostexec: NVRTC (%s) failed; the log:\n%s\n", arch,
-            log ? log : "(none)");
-    snprintf(why, wlen, "NVRTC failed for %s", arch);
-    free(log);
-    return -1;
+  Elf64_Ehdr eh;
+  if (len < sizeof eh)
+    return false;
+  memcpy(&eh, img, sizeof eh);
+  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > len ||
+      eh.e_shstrndx >= eh.e_shnum ||
+      (len - eh.e_shoff) / sizeof(Elf64_Shdr) < eh.e_shnum)
+    return false;
+  Elf64_Shdr strs;
+  memcpy(&strs, img + eh.e_shoff + eh.e_shstrndx * sizeof strs, sizeof strs);
+  if (strs.sh_offset > len || strs.sh_size > len - strs.sh_offset)
+    return false;
+  *used = 0;
+  for (unsigned i = 0; i < eh.e_shnum; i++) {
+    Elf64_Shdr sh;
+    memcpy(&sh, img + eh.e_shoff + i * sizeof sh, sizeof sh);
+    if (sh.sh_name >= strs.sh_size)
+      return false;
+    const char *name = img + strs.sh_offset + sh.sh_name;
+    size_t nlen = strnlen(name, strs.sh_size - sh.sh_name);
+    if (nlen < 6 || strncmp(name, ".text.", 6) != 0)
+      continue;
+    if (sh.sh_offset > len || sh.sh_size > len - sh.sh_offset ||
+        nlen + 1 + sh.sh_size > olen - *used)
+      return false;
+    memcpy(out + *used, name, nlen + 1);
+    memcpy(out + *used + nlen + 1, img + sh.sh_offset, sh.sh_size);
+    *used += nlen + 1 + sh.sh_size;
   }
-  if (log && strstr(log, "warning"))
-    fprintf(stderr, "hostexec: NVRTC (%s) warned:\n%s\n", arch, log);
-  free(log);
-  return 0;
+  return *used > 0;
 }
 
-int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen)
+bool hx_same_machine_code(const char *a, size_t alen, const char *b,
+                          size_t blen)
 {
-  if (!jcuda_nvrtc_available())
+  size_t na = 0, nb = 0;
+  char *ca = malloc(alen), *cb = malloc(blen);
+  bool same = ca && cb && machine_code(a, alen, ca, alen, &na) &&
+              machine_code(b, blen, cb, blen, &nb) && na == nb &&
+              memcmp(ca, cb, na) == 0;
+  free(ca);
+  free(cb);
+  return same;
+}
+
+int hx_ptxas_agrees(const kir_kernel *k, char *why, size_t wlen)
+{
+  if (!jcuda_nvrtc_available() || !ptxas_path())
     return 1;
   char *src = jcuda_render(k, why, wlen);
   if (!src)
     return -1;
-  char ptx_ok[64], cubin_ok[64];
+  char ok[64];
   int rc = 0;
-  if (!hr_cache_accepted(src, "ptxas", ptx_ok, sizeof ptx_ok)) {
-    char *ptx = NULL;
-    rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, why, wlen);
+  if (!hr_cache_accepted(src, "ptxas", ok, sizeof ok)) {
+    char *ptx = NULL, *ours = NULL, *theirs = NULL;
+    size_t plen, olen = 0, tlen = 0;
+    rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, &plen, why, wlen);
     if (rc == 0)
-      rc = ptxas(ptx, why, wlen);
+      rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &ours, &olen, why, wlen);
+    if (rc == 0 && !(theirs = ptxas(ptx, &tlen, why, wlen)))
+      rc = -1;
+    if (rc == 0 && !hx_same_machine_code(ours, olen, theirs, tlen)) {
+      snprintf(why, wlen, "NVRTC's sm_90 cubin and ptxas's differ in "
+               "machine code");
+      rc = -1;
+    }
     if (rc == 0)
-      hr_cache_put(ptx_ok, src);
+      hr_cache_put(ok, src);
     free(ptx);
+    free(ours);
+    free(theirs);
   }
-  if (rc == 0 && cubin && !hr_cache_accepted(src, "cubin", cubin_ok,
-                                             sizeof cubin_ok)) {
-    char *image = NULL;
-    rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &image, why, wlen);
-    if (rc == 0)
-      hr_cache_put(cubin_ok, src);
-    free(image);
-  }
-  if (rc < 0)
-    fprintf(stderr, "hostexec: the CUDA C that failed:\n%s\n", src);
   free(src);
   return rc;
 }
@@ -275,9 +353,8 @@ int hx_nvrtc(const kir_kernel *k, bool cubin, char *why, size_t wlen)
 static struct {
   bool host, nvrtc;
   char dump[256];            /* dump=DIR: each distinct kernel's files */
-  unsigned cubin_every;      /* nvrtc:N: NVRTC's cubin for every Nth kernel */
   unsigned long host_cap;    /* host runs per distinct kernel; 0: all */
-  unsigned long launches, distinct, nvrtc_ok, cubin_ok, nvrtc_skipped,
+  unsigned long launches, distinct, nvrtc_ok, nvrtc_skipped,
                 failures;
 } hook;
 
@@ -349,13 +426,11 @@ static void nvrtc_check(const kir_kernel *k)
     report_failure(k, "kir_parse round trip", why);
   if (!first || !hook.nvrtc)
     return;
-  bool cubin = n % hook.cubin_every == 0;
-  int rc = hx_nvrtc(k, cubin, why, sizeof why);
+  int rc = hx_nvrtc(k, why, sizeof why);
   if (rc < 0)
     report_failure(k, "NVRTC", why);
   else if (rc == 0) {
     hook.nvrtc_ok++;
-    hook.cubin_ok += cubin;
   } else
     hook.nvrtc_skipped++;
 }
@@ -394,11 +469,9 @@ static int launch_hook(const kir_kernel *k, char *const *bufs,
 static void summary(void)
 {
   fprintf(stderr, "hostexec: %lu host launches, %lu distinct kernels, NVRTC "
-          "%s: %lu compiled to PTX%s (%lu also to a cubin), %lu skipped; "
-          "%lu failures\n", hook.launches, hook.distinct,
-          jcuda_nvrtc_version(), hook.nvrtc_ok,
-          hx_have_ptxas() ? " and assembled by ptxas" : " (no ptxas)",
-          hook.cubin_ok, hook.nvrtc_skipped, hook.failures);
+          "%s: %lu compiled to sm_90 cubins, %lu skipped; %lu failures\n",
+          hook.launches, hook.distinct, jcuda_nvrtc_version(), hook.nvrtc_ok,
+          hook.nvrtc_skipped, hook.failures);
   if (hook.nvrtc && !jcuda_nvrtc_available())
     fprintf(stderr, "hostexec: NVRTC checks skipped: %s\n",
             jcuda_nvrtc_reason());
@@ -436,11 +509,6 @@ __attribute__((constructor)) static void hook_init(void)
     hook.host_cap = strtoul(h + 5, NULL, 10);
   const char *n = strstr(v, "nvrtc");
   hook.nvrtc = n != NULL;
-  hook.cubin_every = 1;
-  if (n && n[5] == ':')
-    hook.cubin_every = (unsigned)strtoul(n + 6, NULL, 10);
-  if (hook.cubin_every < 1)
-    hook.cubin_every = 1;
   const char *d = strstr(v, "dump=");
   if (d)
     snprintf(hook.dump, sizeof hook.dump, "%.*s", (int)strcspn(d + 5, ","),

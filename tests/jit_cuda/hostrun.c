@@ -109,7 +109,7 @@ const char *hr_cache_dir(void)
   return d && *d ? d : NULL;
 }
 
-char *hr_read_file(const char *path)
+char *hr_read_bytes(const char *path, size_t *len)
 {
   FILE *f = fopen(path, "rb");
   if (!f)
@@ -119,6 +119,8 @@ char *hr_read_file(const char *path)
   if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
     if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
       buf[n] = 0;
+      if (len)
+        *len = (size_t)n;
     } else {
       free(buf);
       buf = NULL;
@@ -127,6 +129,8 @@ char *hr_read_file(const char *path)
   fclose(f);
   return buf;
 }
+
+char *hr_read_file(const char *path) { return hr_read_bytes(path, NULL); }
 
 bool hr_cache_has(const char *name, const char *text)
 {

@@ -40,8 +40,10 @@ const char *hr_workdir(char *why, size_t wlen);
 int hr_write_file(const char *path, const char *text);
 /* FNV-1a of a string: the key the caches of CUDA C text use. */
 uint64_t hr_hash(const char *s);
-/* A file's whole text (malloc'd), or NULL. */
+/* A file's whole text (malloc'd), or NULL. hr_read_bytes: its bytes
+** (NUL after them too) and their count. */
 char *hr_read_file(const char *path);
+char *hr_read_bytes(const char *path, size_t *len);
 
 /* The cache shared by processes (TC_TEST_CUDA_CACHE=DIR, or NULL when
 ** unset): compiled objects, and the texts that NVRTC and ptxas accepted.

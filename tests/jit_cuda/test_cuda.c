@@ -4,7 +4,8 @@
 ** under several launch configurations, each result checked against an
 ** independent reference: approx.h's functions called directly, eager's
 ** canonical sums (eager_sum_f32/f64, eager_max_f32), and values worked out
-** by hand. NVRTC (+ ptxas) must accept every kernel here when present.
+** by hand. NVRTC must accept every kernel here, and ptxas must make the
+** same machine code from NVRTC's PTX, when the toolkit is present.
 */
 #include <dlfcn.h>
 #include <fenv.h>
@@ -87,9 +88,14 @@ static void run_all(const kir_kernel *k, char *const *bufs,
 static void nvrtc_accepts(const kir_kernel *k)
 {
   char why[200] = "";
-  int rc = hx_nvrtc(k, true, why, sizeof why);
+  /* NVRTC's cubin, and here also ptxas on NVRTC's PTX, which must make
+  ** the same machine code: so the other tests' cubin check (hx_nvrtc) is
+  ** ptxas's too */
+  int rc = hx_ptxas_agrees(k, why, sizeof why);
+  if (rc == 1)   /* no ptxas */
+    rc = hx_nvrtc(k, why, sizeof why);
   if (rc < 0)
-    fail_msg("NVRTC: %s", why);
+    fail_msg("NVRTC or ptxas: %s", why);
 }
 
 /* -- The device ------------------------------------------------------------- */
@@ -1249,6 +1255,49 @@ static void test_nvrtc_failure_gives_the_log(void **state)
   free(log);
 }
 
+/* A cubin of src for sm_90 (malloc'd; *len). */
+static char *cubin_of(const char *src, size_t *len)
+{
+  char *image = NULL, *log = NULL;
+  if (jcuda_nvrtc_compile(src, "sm_90", JCUDA_CUBIN, &image, len, &log) < 0)
+    fail_msg("NVRTC: %s", log ? log : "(no log)");
+  free(log);
+  return image;
+}
+
+/* The machine-code comparison behind hx_ptxas_agrees sees a change: one
+** kernel compiled twice agrees, a kernel that adds 2 instead of 1 does
+** not, nor does the first with one bit of its code flipped, nor a file
+** that is no cubin. */
+static void test_machine_code_comparison(void **state)
+{
+  (void)state;
+  if (!jcuda_nvrtc_available())
+    skip();
+  const char *one = "extern \"C\" __global__ void f(float *x)\n"
+                    "{ x[threadIdx.x] += 1.0f; }\n";
+  const char *two = "extern \"C\" __global__ void f(float *x)\n"
+                    "{ x[threadIdx.x] += 2.0f; }\n";
+  size_t na, nb, nc;
+  char *a = cubin_of(one, &na), *b = cubin_of(one, &nb);
+  char *c = cubin_of(two, &nc);
+  assert_true(hx_same_machine_code(a, na, b, nb));
+  assert_false(hx_same_machine_code(a, na, c, nc));
+  /* one byte of the code changed: the add's immediate, 1.0f's bits */
+  const unsigned char imm[4] = { 0x00, 0x00, 0x80, 0x3f };
+  char *at = memmem(b, nb, imm, sizeof imm);
+  assert_non_null(at);
+  at[3] ^= 0x01;
+  assert_false(hx_same_machine_code(a, na, b, nb));
+  at[3] ^= 0x01;
+  assert_true(hx_same_machine_code(a, na, b, nb));
+  assert_false(hx_same_machine_code(a, na, "not an ELF file", 15));
+  assert_false(hx_same_machine_code(a, 16, a, 16));   /* cut short */
+  free(a);
+  free(b);
+  free(c);
+}
+
 /* The key names what changes the binary: NVRTC, arch, options, renderer,
 ** and the host's APPROX_FMA that the renderer pastes in. */
 static void test_key_text(void **state)
@@ -1388,6 +1437,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_render_refuses_integer_division),
     cmocka_unit_test(test_render_carries_only_the_math_it_uses),
     cmocka_unit_test(test_nvrtc_failure_gives_the_log),
+    cmocka_unit_test(test_machine_code_comparison),
     cmocka_unit_test(test_key_text),
     cmocka_unit_test(test_host_fibers),
   };
