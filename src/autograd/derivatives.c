@@ -130,7 +130,8 @@ static tc_tensor *cat_part(const ag_node *x, tc_tensor *g, int i)
 
 /* TAKE (a's slices along dim at indices b, b's dims replacing dim): g
 ** scatter-added back into zeros of a's shape, b flattened and broadcast
-** over the other dims. */
+** over the other dims (a view: scatter_add reads it through its strides,
+** and its check reads b's values once). */
 static tc_tensor *take_grad(const ag_node *x, tc_tensor *g, tc_tensor *b)
 {
   int d = x->call.dim, nd = x->in_ndim[0];
@@ -141,7 +142,7 @@ static tc_tensor *take_grad(const ag_node *x, tc_tensor *g, tc_tensor *b)
     is[k] = k == d ? tc_numel(b) : 1;
   }
   tc_tensor *g2 = tc_reshape(g, nd, gs);
-  tc_tensor *idx = tc_contiguous(tc_expand(tc_reshape(b, nd, is), nd, gs));
+  tc_tensor *idx = tc_expand(tc_reshape(b, nd, is), nd, gs);
   return tc_scatter_add(in_zeros(x, g, 0), d, idx, g2);
 }
 

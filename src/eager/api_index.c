@@ -53,15 +53,30 @@ static tc_tensor *host_values(tc_tensor *t, tc_dtype dt)
   return v;
 }
 
+/* idx without its broadcast dims (stride 0: one element seen again), so
+** a check reads each value once: an expanded index (an embedding's
+** gradient, take_grad) costs what its source does. The first bad value in
+** C order is in it (zero the broadcast coordinates of the first bad
+** position: a bad position no later). */
+static tc_tensor *distinct_view(tc_tensor *idx)
+{
+  int64_t shape[TC_MAX_DIMS];
+  for (int e = 0; e < idx->ndim; e++)
+    shape[e] = idx->stride[e] == 0 && idx->shape[e] > 1 ? 1 : idx->shape[e];
+  return tensor_new_view(idx, idx->ndim, shape, idx->stride, idx->offset);
+}
+
 /* Are idx's values all in [0, size)? They are read (a lazy idx is realized
 ** first), so a bad index is reported here in both modes, naming the first
 ** one in C order. */
 static bool indices_in_range(const char *fn, tc_tensor *idx, int dim,
                              int64_t size)
 {
-  if (!index_dtype_ok(fn, idx))
+  if (!index_dtype_ok(fn, idx) || tensor_make_readable(idx) < 0)
     return false;
-  tc_tensor *v = host_values(idx, TC_I64);
+  tc_tensor *once = distinct_view(idx);
+  tc_tensor *v = once ? host_values(once, TC_I64) : NULL;
+  tensor_unref(once);
   if (!v)
     return false;
   const int64_t *ix = tensor_ptr(v);

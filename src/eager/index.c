@@ -179,54 +179,126 @@ static tc_tensor *cpu_gather(const eager_call *c)
   return out;
 }
 
-#define SCATTER_ADD_LOOP(T)                                               \
-  for (int64_t i = 0; i < n; i++, walker_next(&wo), walker_next(&ws))    \
-    ((T *)o)[wo.off + ix[i] * ostride] += ((const T *)s)[ws.off];
+/* SCATTER_ADD's work: the index's positions cut into blocks, each one
+** coordinate tuple of the dims other than dim and the last (the "outer"
+** dims) and a run of INNER_RUN positions along the last; a block walks dim
+** in order, and for each step the run. Any one element of the result is
+** reached only from positions of one block (they differ from it only
+** along dim), always in increasing order along dim: the CPU's order, the
+** same whatever thread runs a block. With dim the last, a block is one row
+** along it. */
+#define INNER_RUN 256
+
+typedef struct {
+  const eager_call *c;
+  const char *ix;           /* the index: i32 or i64, by its own strides */
+  bool ix64;
+  const char *s;            /* src, by its own strides */
+  char *o;                  /* the result (a's contiguous copy) */
+  int nouter;               /* the outer dims: sizes and each one's strides */
+  int64_t oshape[TC_MAX_DIMS], ostr[3][TC_MAX_DIMS];
+  int64_t n, str[3];        /* along dim: steps; index, src, result strides */
+  int64_t inner, istr[3];   /* along the last dim (1 and 0s with dim last) */
+  int64_t runs;             /* runs per outer tuple */
+  int64_t size;             /* the result's size along dim */
+  _Atomic int64_t bad;      /* an index out of range (INT64_MIN: none) */
+} scatter_job;
+
+#define SCATTER_ADD_BLOCK(T)                                               \
+  for (int64_t j = 0; j < jb->n; j++)                                      \
+    for (int64_t q = q0; q < q1; q++) {                                    \
+      int64_t ip = off[0] + j * jb->str[0] + q * jb->istr[0];              \
+      int64_t v = jb->ix64 ? ((const int64_t *)jb->ix)[ip]                 \
+                           : ((const int32_t *)jb->ix)[ip];                \
+      if (v < 0 || v >= jb->size) {                                        \
+        atomic_store(&jb->bad, v);                                         \
+        return;                                                            \
+      }                                                                    \
+      ((T *)jb->o)[off[2] + v * jb->str[2] + q * jb->istr[2]] +=           \
+        ((const T *)jb->s)[off[1] + j * jb->str[1] + q * jb->istr[1]];     \
+    }
+
+static void scatter_block(scatter_job *jb, int64_t blk)
+{
+  int64_t t = blk / jb->runs, q0 = blk % jb->runs * INNER_RUN;
+  int64_t q1 = q0 + INNER_RUN < jb->inner ? q0 + INNER_RUN : jb->inner;
+  int64_t off[3] = { 0, 0, 0 };
+  for (int e = jb->nouter - 1; e >= 0; e--) {
+    int64_t at = t % jb->oshape[e];
+    t /= jb->oshape[e];
+    for (int k = 0; k < 3; k++)
+      off[k] += at * jb->ostr[k][e];
+  }
+  switch (jb->c->dtype) {
+  case TC_F32: SCATTER_ADD_BLOCK(float) break;
+  case TC_F64: SCATTER_ADD_BLOCK(double) break;
+  case TC_I32: SCATTER_ADD_BLOCK(int32_t) break;
+  case TC_I64: SCATTER_ADD_BLOCK(int64_t) break;
+  default: break;
+  }
+}
+
+static void scatter_range(void *ctx, int64_t lo, int64_t hi)
+{
+  scatter_job *jb = ctx;
+  for (int64_t b = lo; b < hi && atomic_load(&jb->bad) == INT64_MIN; b++)
+    scatter_block(jb, b);
+}
 
 /* A contiguous copy of a, then src's values added at the index positions
-** one by one in C order (a fixed order: float sums do not depend on it
-** being run eagerly or compiled). Indices were checked before any add. */
+** (scatter_job: each element's adds in increasing order along dim, a fixed
+** order, so float sums do not depend on threads or on being run eagerly
+** or compiled). Indices were checked by the caller; one out of range here
+** still fails the op. */
 static tc_tensor *cpu_scatter_add(const eager_call *c)
 {
-  const tc_tensor *a = c->in[0], *src = c->in[2];
-  int d = c->dim;
-  tc_tensor *idx = dense(c->in[1], TC_I64);
-  tc_tensor *out = idx ? eager_contiguous_copy(a, c->dtype) : NULL;
-  tc_tensor *sv = out ? dense(src, c->dtype) : NULL;
-  if (!sv)
-    goto fail;
-  const int64_t *ix = tensor_ptr(idx);
-  int64_t n = idx->numel;
-  for (int64_t i = 0; i < n; i++)
-    if (ix[i] < 0 || ix[i] >= a->shape[d]) {
-      bad_index(c, ix[i], a->shape[d]);
-      goto fail;
-    }
-  walker wo, ws;
-  walker_init(&wo, idx->ndim, idx->shape, out, d);
-  walker_init(&ws, idx->ndim, idx->shape, sv, -1);
-  int64_t ostride = out->stride[d];
-  char *o = tensor_ptr(out);
-  const char *s = tensor_ptr(sv);
-  switch (c->dtype) {
-  case TC_F32: SCATTER_ADD_LOOP(float) break;
-  case TC_F64: SCATTER_ADD_LOOP(double) break;
-  case TC_I32: SCATTER_ADD_LOOP(int32_t) break;
-  case TC_I64: SCATTER_ADD_LOOP(int64_t) break;
-  default:
-    tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s", c->fn,
-              tc_dtype_name(c->dtype));
-    goto fail;
+  const tc_tensor *a = c->in[0], *idx = c->in[1], *src = c->in[2];
+  int d = c->dim, last = idx->ndim - 1;
+  if (c->dtype != TC_F32 && c->dtype != TC_F64 && c->dtype != TC_I32 &&
+      c->dtype != TC_I64)
+    return tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s", c->fn,
+                     tc_dtype_name(c->dtype)), NULL;
+  tc_tensor *out = eager_contiguous_copy(a, c->dtype);
+  if (!out)
+    return NULL;
+  if (idx->numel == 0)
+    goto done;
+  const tc_tensor *ts[3] = { idx, src, out };
+  scatter_job jb = { .c = c, .ix = tensor_ptr(idx),
+                     .ix64 = idx->dtype == TC_I64, .s = tensor_ptr(src),
+                     .o = tensor_ptr(out), .n = idx->shape[d], .inner = 1,
+                     .size = a->shape[d] };
+  atomic_init(&jb.bad, INT64_MIN);
+  for (int k = 0; k < 3; k++) {
+    jb.str[k] = ts[k]->stride[d];
+    jb.istr[k] = 0;
   }
-  tensor_unref(idx);
-  tensor_unref(sv);
+  if (d != last) {
+    jb.inner = idx->shape[last];
+    for (int k = 0; k < 3; k++)
+      jb.istr[k] = ts[k]->stride[last];
+  }
+  int64_t outer = 1;
+  for (int e = 0; e < idx->ndim; e++)
+    if (e != d && (e != last || d == last)) {
+      jb.oshape[jb.nouter] = idx->shape[e];
+      for (int k = 0; k < 3; k++)
+        jb.ostr[k][jb.nouter] = ts[k]->stride[e];
+      jb.nouter++;
+      outer *= idx->shape[e];
+    }
+  jb.runs = (jb.inner + INNER_RUN - 1) / INNER_RUN;
+  int64_t work = jb.n * (jb.inner < INNER_RUN ? jb.inner : INNER_RUN);
+  tensor_parallel(outer * jb.runs, work >= (1 << 15) ? 1 : (1 << 15) / work,
+                  scatter_range, &jb);
+  int64_t bad = atomic_load(&jb.bad);
+  if (bad != INT64_MIN) {
+    tensor_unref(out);
+    return bad_index(c, bad, a->shape[d]);
+  }
+done:
   eager_count(ST_KERNELS_LAUNCHED);
   return out;
-fail:
-  tensor_unref(idx);
-  tensor_unref(out);
-  tensor_unref(sv);
-  return NULL;
 }
 
 /* -- TOPK -------------------------------------------------------------------- */

@@ -427,6 +427,103 @@ static void test_scatter_add_values(void **state) {
       }
 }
 
+/* Larger scatters, enough to split over threads and along the last dim's
+** runs: a [7, 5, 600] (f32, f64, i64) scattered along each dim from src
+** [12, 12, 700], the index i32 or i64 and contiguous, transposed (its last
+** two dims swapped in memory) or expanded (a size-1 base broadcast over
+** every dim but the scattered one, as an embedding's gradient does).
+** Reference: the adds in C order of the index, rounded each time. */
+static void test_scatter_add_large(void **state) {
+  (void)state;
+  const int64_t as[3] = {7, 5, 600}, ss[3] = {12, 12, 700};
+  const tc_dtype dts[3] = {TC_F32, TC_F64, TC_I64};
+  for (int di = 0; di < 3; di++)
+    for (int d = 0; d < 3; d++)
+      for (int form = 0; form < 3; form++) {
+        tc_dtype dt = dts[di];
+        bool fl = tu_is_float(dt);
+        tu_arr a = tu_make_unif(dt, TU_CONTIG, 3, as, fl ? -2 : -50,
+                                fl ? 2 : 50, 300 + d);
+        tu_arr src = tu_make_unif(dt, TU_SLICED, 3, ss, fl ? -2 : -50,
+                                  fl ? 2 : 50, 310 + d);
+        int64_t is[3] = {6, 4, 520};
+        is[d] = d == 2 ? 650 : 11;   /* more than a has along d: repeats */
+        int64_t n = tu_numel(3, is);
+        double *iv = malloc(sizeof(double) * (size_t)n);
+        tu_rng rng = {(uint64_t)(di * 9 + d * 3 + form + 1)};
+        tc_tensor *idx;
+        if (form == 2) {   /* expanded: one index per step along d */
+          int64_t bs[3] = {1, 1, 1};
+          bs[d] = is[d];
+          double bv[650];
+          for (int64_t j = 0; j < is[d]; j++)
+            bv[j] = (double)(tu_next(&rng) % (uint64_t)as[d]);
+          tc_tensor *base = ints(TC_I64, 3, bs, bv);
+          idx = TU_NN(tc_expand(base, 3, is));
+          tc_release(base);
+          int64_t m[3];
+          for (int64_t i = 0; i < n; i++) {
+            tu_unravel(i, 3, is, m);
+            iv[i] = bv[m[d]];
+          }
+        } else {
+          for (int64_t i = 0; i < n; i++)
+            iv[i] = (double)(tu_next(&rng) % (uint64_t)as[d]);
+          tc_dtype it = d == 1 ? TC_I32 : TC_I64;
+          if (form == 0) {
+            idx = ints(it, 3, is, iv);
+          } else {   /* the same values, stored with dims 1 and 2 swapped */
+            int64_t ts[3] = {is[0], is[2], is[1]};
+            double *tv = malloc(sizeof(double) * (size_t)n);
+            int64_t m[3];
+            for (int64_t i = 0; i < n; i++) {
+              tu_unravel(i, 3, is, m);
+              tv[(m[0] * is[2] + m[2]) * is[1] + m[1]] = iv[i];
+            }
+            tc_tensor *t = ints(it, 3, ts, tv);
+            idx = TU_NN(tc_transpose(t, 1, 2));
+            tc_release(t);
+            free(tv);
+          }
+        }
+        tc_tensor *r = TU_NN(tc_scatter_add(a.t, d, idx, src.t));
+        int64_t na = tu_numel(3, as);
+        double *want = malloc(sizeof(double) * (size_t)na);
+        memcpy(want, a.v, sizeof(double) * (size_t)na);
+        int64_t m[3];
+        for (int64_t i = 0; i < n; i++) {
+          tu_unravel(i, 3, is, m);
+          double sv = src.v[tu_ravel(3, ss, m)];
+          m[d] = (int64_t)iv[i];
+          int64_t at = tu_ravel(3, as, m);
+          want[at] = tu_round(dt, want[at] + sv);
+        }
+        expect_values(r, want, na, "scatter_add (large)");
+        tc_release(r);
+        tc_release(idx);
+        free(want);
+        free(iv);
+        tu_free(&a);
+        tu_free(&src);
+      }
+}
+
+/* An expanded index is checked through its one stored copy: a bad value
+** there is still named. */
+static void test_scatter_add_expanded_bad_index(void **state) {
+  (void)state;
+  tc_tensor *a = TU_NN(tc_zeros(TC_F32, TC_SHAPE(4, 300)));
+  tc_tensor *src = TU_NN(tc_ones(TC_F32, TC_SHAPE(3, 300)));
+  tc_tensor *base = ints(TC_I64, TC_SHAPE(3, 1), (double[]){1, 7, 2});
+  tc_tensor *idx = TU_NN(tc_expand(base, TC_SHAPE(3, 300)));
+  assert_null(tc_scatter_add(a, 0, idx, src));
+  TU_EXPECT_ERR("tc_scatter_add", "index 7 is out of range for dim 0 of size 4");
+  tc_release(idx);
+  tc_release(base);
+  tc_release(src);
+  tc_release(a);
+}
+
 static void test_gather_scatter_errors(void **state) {
   (void)state;
   tc_tensor *a = TU_NN(tc_zeros(TC_F32, TC_SHAPE(3, 4)));
@@ -477,6 +574,8 @@ int main(void) {
       cmocka_unit_test(test_embedding_in_a_loop),
       cmocka_unit_test(test_gather_values),
       cmocka_unit_test(test_scatter_add_values),
+      cmocka_unit_test(test_scatter_add_large),
+      cmocka_unit_test(test_scatter_add_expanded_bad_index),
       cmocka_unit_test(test_gather_scatter_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
