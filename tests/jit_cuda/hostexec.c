@@ -191,27 +191,43 @@ static int nvrtc_one(const char *src, const char *arch, jcuda_image kind,
   return 0;
 }
 
-int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
+/* Render k and give its text to check, unless a check of that kind
+** (what) accepted the same text before in this test run. */
+typedef int (*text_check)(const char *src, char *why, size_t wlen);
+
+static int checked(const kir_kernel *k, const char *what, text_check check,
+                   char *why, size_t wlen)
 {
-  if (!jcuda_nvrtc_available())
-    return 1;
   char *src = jcuda_render(k, why, wlen);
   if (!src)
     return -1;
   char ok[64];
   int rc = 0;
-  if (!hr_cache_accepted(src, "cubin", ok, sizeof ok)) {
-    char *image = NULL;
-    size_t len;
-    rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &image, &len, why, wlen);
+  if (!hr_cache_accepted(src, what, ok, sizeof ok)) {
+    rc = check(src, why, wlen);
     if (rc == 0)
       hr_cache_put(ok, src);
     else
       fprintf(stderr, "hostexec: the CUDA C that failed:\n%s\n", src);
-    free(image);
   }
   free(src);
   return rc;
+}
+
+static int cubin_check(const char *src, char *why, size_t wlen)
+{
+  char *image = NULL;
+  size_t len;
+  int rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &image, &len, why, wlen);
+  free(image);
+  return rc;
+}
+
+int hx_nvrtc(const kir_kernel *k, char *why, size_t wlen)
+{
+  if (!jcuda_nvrtc_available())
+    return 1;
+  return checked(k, "cubin", cubin_check, why, wlen);
 }
 
 /* -- Machine code: ptxas and NVRTC's own assembler agree ------------------- */
@@ -316,36 +332,31 @@ bool hx_same_machine_code(const char *a, size_t alen, const char *b,
   return same;
 }
 
+static int ptxas_check(const char *src, char *why, size_t wlen)
+{
+  char *ptx = NULL, *ours = NULL, *theirs = NULL;
+  size_t plen, olen = 0, tlen = 0;
+  int rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, &plen, why, wlen);
+  if (rc == 0)
+    rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &ours, &olen, why, wlen);
+  if (rc == 0 && !(theirs = ptxas(ptx, &tlen, why, wlen)))
+    rc = -1;
+  if (rc == 0 && !hx_same_machine_code(ours, olen, theirs, tlen)) {
+    snprintf(why, wlen, "NVRTC's sm_90 cubin and ptxas's differ in machine "
+             "code");
+    rc = -1;
+  }
+  free(ptx);
+  free(ours);
+  free(theirs);
+  return rc;
+}
+
 int hx_ptxas_agrees(const kir_kernel *k, char *why, size_t wlen)
 {
   if (!jcuda_nvrtc_available() || !ptxas_path())
     return 1;
-  char *src = jcuda_render(k, why, wlen);
-  if (!src)
-    return -1;
-  char ok[64];
-  int rc = 0;
-  if (!hr_cache_accepted(src, "ptxas", ok, sizeof ok)) {
-    char *ptx = NULL, *ours = NULL, *theirs = NULL;
-    size_t plen, olen = 0, tlen = 0;
-    rc = nvrtc_one(src, "compute_90", JCUDA_PTX, &ptx, &plen, why, wlen);
-    if (rc == 0)
-      rc = nvrtc_one(src, "sm_90", JCUDA_CUBIN, &ours, &olen, why, wlen);
-    if (rc == 0 && !(theirs = ptxas(ptx, &tlen, why, wlen)))
-      rc = -1;
-    if (rc == 0 && !hx_same_machine_code(ours, olen, theirs, tlen)) {
-      snprintf(why, wlen, "NVRTC's sm_90 cubin and ptxas's differ in "
-               "machine code");
-      rc = -1;
-    }
-    if (rc == 0)
-      hr_cache_put(ok, src);
-    free(ptx);
-    free(ours);
-    free(theirs);
-  }
-  free(src);
-  return rc;
+  return checked(k, "ptxas", ptxas_check, why, wlen);
 }
 
 /* -- The launch hook (TC_TEST_CUDA) --------------------------------------------- */
