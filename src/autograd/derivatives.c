@@ -111,11 +111,16 @@ static tc_tensor *gelu_erf_slope(tc_tensor *a)
   return tc_add(cdf, tc_mul(a, pdf));
 }
 
-/* Zeros of input i's shape in g's dtype. */
+/* Zeros of input i's shape in g's dtype, for a scatter_add to add into:
+** one zero expanded, so the scatter's copy of them only writes its result
+** (a stored table of zeros would be written, then read and written). */
 static tc_tensor *in_zeros(const ag_node *x, tc_tensor *g, int i)
 {
-  return on_device_of(g, tc_zeros(tc_dtype_of(g), x->in_ndim[i],
-                                  x->in_shape[i]));
+  int nd = x->in_ndim[i];
+  int64_t ones[TC_MAX_DIMS];
+  for (int k = 0; k < nd; k++)
+    ones[k] = 1;
+  return tc_expand(tc_reshape(zero0(g), nd, ones), nd, x->in_shape[i]);
 }
 
 /* Input i's part of a concatenation's gradient: its slice along the dim. */
@@ -131,23 +136,19 @@ static tc_tensor *cat_part(const ag_node *x, tc_tensor *g, int i)
 /* TAKE (a's slices along dim at indices b, b's dims replacing dim): g
 ** scatter-added back into zeros of a's shape, b flattened and broadcast
 ** over the other dims (a view: scatter_add reads it through its strides,
-** and its check reads b's values once). The zeros are one zero expanded,
-** so scatter_add's copy of them only writes its result (a stored table of
-** zeros was written, then read and written again). */
+** and its check reads b's values once). */
 static tc_tensor *take_grad(const ag_node *x, tc_tensor *g, tc_tensor *b)
 {
   int d = x->call.dim, nd = x->in_ndim[0];
   const int64_t *as = x->in_shape[0];
-  int64_t gs[TC_MAX_DIMS], is[TC_MAX_DIMS], ones[TC_MAX_DIMS];
+  int64_t gs[TC_MAX_DIMS], is[TC_MAX_DIMS];
   for (int k = 0; k < nd; k++) {
     gs[k] = k == d ? tc_numel(b) : as[k];
     is[k] = k == d ? tc_numel(b) : 1;
-    ones[k] = 1;
   }
   tc_tensor *g2 = tc_reshape(g, nd, gs);
   tc_tensor *idx = tc_expand(tc_reshape(b, nd, is), nd, gs);
-  tc_tensor *zeros = tc_expand(tc_reshape(zero0(g), nd, ones), nd, as);
-  return tc_scatter_add(zeros, d, idx, g2);
+  return tc_scatter_add(in_zeros(x, g, 0), d, idx, g2);
 }
 
 /* MATMUL's gradient for b, a^T @ g. When b is one matrix and a has batch
