@@ -75,12 +75,13 @@ WORKLOADS = [
             + 2.0 * 16 * 64 * 128 * 96)),
     ("W14", "cumsum 2048x4096 f32 dim 0", 2.0 * 2048 * 4096 * 4, 0),
     ("W14b", "cumsum 2048x4096 f32 dim 1", 2.0 * 2048 * 4096 * 4, 0),
+    ("W16", "embedding backward 8192 x 50257x768", 4.0 * 50257 * 768 + 2.0 * 4 * 8192 * 768, 0),
 ]
 
 # The workloads torch.compile also runs (--compile): the ones a fusing
 # compiler changes. Compile time is excluded (the warm-up runs compile).
 COMPILED = ("W1", "W2", "W2p", "W3", "W3p", "W6", "W7", "W8", "W9", "W10", "W11", "W12",
-            "W13")
+            "W13", "W16")
 
 
 def cpu_snap():
@@ -426,6 +427,8 @@ def torch_workloads(torch, reps, w5_loop):
     out["W14"] = (lambda: torch.cumsum(x14, 0), 1)
     out["W14b"] = (lambda: torch.cumsum(x14, 1), 1)
 
+    out["W16"] = (lazy(lambda: w16_fns(torch, False)), 1)
+
     a5 = torch.arange(64, dtype=f32)
     b5 = torch.full((64,), 0.5)
     check(torch.equal(a5 + b5, torch.arange(64, dtype=f32) + 0.5), "torch add")
@@ -554,6 +557,9 @@ def compiled_workloads(torch, reps, w5_loop, selected):
                 cu(bc)
             out[wid] = (adam_c, 1)
             continue
+        if wid == "W16":   # the loss through torch.compile, its backward by AOTAutograd
+            out[wid] = (lazy(lambda: w16_fns(torch, True)), 1)
+            continue
         if wid in ("W11", "W12"):   # the step / the decoder, compiled as a whole (see there)
             build = w11_step_fns if wid == "W11" else w12_decode_fns
             out[wid] = (lazy(lambda build=build: build(torch, True)), 1)
@@ -561,6 +567,39 @@ def compiled_workloads(torch, reps, w5_loop, selected):
         fn, inner = eager[wid]
         out[wid] = (torch.compile(fn, dynamic=False), inner)
     return out
+
+
+# -- W16: an embedding's backward (torch only) -----------------------------------
+
+def w16_fns(torch, compiled):
+    """tc-bench's W16: 8192 tokens (Zipf-like, tc-bench's generator) looked
+    up in a 50257x768 table, loss sum(rows * c), the table's gradient."""
+    F = torch.nn.functional
+    V, D, N = 50257, 768, 8192
+    gen = torch.Generator().manual_seed(16)
+    s, ix = 16, []
+    for _ in range(N):
+        s = (s * 6364136223846793005 + 1442695040888963407) % 2**64
+        u = (s >> 11) * 2.0**-53
+        ix.append(int(V * u * u * u) % V)
+    idx = torch.tensor(ix, dtype=torch.int64)
+    w = torch.randn(V, D, generator=gen).requires_grad_()
+    c = torch.randn(N, D, generator=gen)
+
+    def loss():
+        return (F.embedding(idx, w) * c).sum()
+    loss_fn = torch.compile(loss, dynamic=False) if compiled else loss
+
+    def step():
+        with torch.enable_grad():
+            w.grad = None
+            loss_fn().backward()
+        return w.grad
+    g = step()
+    v = ix[0]
+    ref = c.double()[torch.tensor(ix) == v].sum(0)
+    check(torch.allclose(g[v].double(), ref, atol=1e-4, rtol=1e-4), "torch embedding backward")
+    return step
 
 
 # -- W11, W12: a training step and decoding (torch only) -------------------------
@@ -772,7 +811,7 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, for a smoke test")
-    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W11 W12 W13 W14 W14b)")
+    ap.add_argument("--only", help="comma list of workload ids (W1 W2 W2p W3 W3p W4 W4b W4c W5 W6 W6m W7 W7f W8 W9 W10 W11 W12 W13 W14 W14b W16)")
     ap.add_argument("--json", help="write results as JSON to this file")
     ap.add_argument("--tc-json", help="tc-bench --json output: use its floor, show its eager times")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for BLAS/torch (default: all)")

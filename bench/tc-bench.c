@@ -622,6 +622,55 @@ static void w14_check_dim(wl *w, int dim) {
 static void w14_check(wl *w) { w14_check_dim(w, 0); }
 static void w14b_check(wl *w) { w14_check_dim(w, 1); }
 
+/* W16 (the GPU bench's W16 on the CPU): an embedding's backward, as a
+** language model's training step makes it: 8192 tokens looked up in a
+** 50257x768 table (GPT-2's vocabulary), loss sum(rows * c), and
+** the table's gradient (each token's row of c added into its row, the
+** tokens in order) realized. The floor: the gradient table written once,
+** the looked-up rows and c read once each. Checked at sampled rows
+** against sums in double over the tokens that chose them. */
+#define W16_V 50257
+#define W16_D 768
+#define W16_N 8192
+static void w16_setup(wl *w) {
+  w->t[0] = CK(tc_randn(TC_F32, TC_SHAPE(W16_V, W16_D), 16));
+  CKI(tc_set_requires_grad(w->t[0], true));
+  int64_t *ix = malloc(sizeof *ix * W16_N);
+  if (!ix) fail("out of memory");
+  uint64_t s = 16;
+  for (long i = 0; i < W16_N; i++) {   /* Zipf-like: some tokens repeat */
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    double u = (double)(s >> 11) * 0x1p-53;
+    ix[i] = (int64_t)(W16_V * u * u * u) % W16_V;
+  }
+  w->t[1] = CK(tc_from_data(TC_I64, TC_SHAPE(W16_N), ix, sizeof *ix * W16_N));
+  free(ix);
+  w->t[2] = CK(tc_randn(TC_F32, TC_SHAPE(W16_N, W16_D), 17));
+}
+static tc_tensor *w16_grad(wl *w) {
+  CKI(tc_zero_grad(w->t[0]));
+  size_t mark = tc_scope_begin();
+  CKI(tc_backward(CK(tc_sum_all(CK(tc_mul(CK(tc_embedding(w->t[0], w->t[1])), w->t[2]))))));
+  tc_scope_end(mark);
+  return CK(tc_grad(w->t[0]));
+}
+static void w16_iter(wl *w) { consume(w16_grad(w)); }
+static void w16_check(wl *w) {
+  tc_tensor *g = w16_grad(w), *ixt = CK(tc_cast(w->t[1], TC_F32));
+  float *gv = f32_data(g), *c = f32_data(w->t[2]), *ixf = f32_data(ixt);
+  for (long v = 0; v < W16_V; v += 997) {
+    for (long k = 0; k < W16_D; k += 101) {
+      double ref = 0;
+      for (long i = 0; i < W16_N; i++)
+        if ((long)ixf[i] == v) ref += c[i * W16_D + k];
+      if (!close_enough(gv[v * W16_D + k], ref, 1e-4, 1e-4))
+        fail("embedding grad [%ld, %ld] = %.9g, expected %.9g", v, k, gv[v * W16_D + k], ref);
+    }
+  }
+  tc_release(ixt);
+  tc_release(g);
+}
+
 /* W5: per-op overhead: add two 64-element tensors, release the result. */
 static void w5_setup(wl *w) {
   w->t[0] = CK(tc_arange(TC_F32, 0, 64, 1));
@@ -1378,6 +1427,8 @@ static wl workloads[] = {
    .inner = 1, .bytes = 2.0 * W14_R * W14_C * 4},
   {.id = "W14b", .name = "cumsum 2048x4096 f32 dim 1", .setup = w14_setup, .iter = w14b_iter,
    .check = w14b_check, .inner = 1, .bytes = 2.0 * W14_R * W14_C * 4},
+  {.id = "W16", .name = "embedding backward 8192 x 50257x768", .setup = w16_setup, .iter = w16_iter,
+   .check = w16_check, .inner = 1, .bytes = 4.0 * W16_V * W16_D + 2.0 * 4 * W16_N * W16_D},
 };
 #define NWL ((int)(sizeof workloads / sizeof workloads[0]))
 
@@ -1867,7 +1918,7 @@ static void usage(FILE *f) {
           "  --quick       fewer runs, smaller triad and W5 loop (CI smoke)\n"
           "  --compiled    also time every workload with tc_compile_set(true)\n"
           "  --only LIST   run only these workloads (ids: W0 W1 W1p W2 W2p W3 W3p W4 W4b W5 W6 W6m W7 W8 W9 W10 W11 W12\n"
-          "                W13 W14 W14b)\n"
+          "                W13 W14 W14b W16)\n"
           "  --json FILE   also write the results as JSON\n"
           "  --reps N      timed runs per workload (default 11, --quick 3)\n"
           "  --keep-going  on a failed op or check, mark that workload FAILED and go on (exit status 1)\n"
