@@ -6,7 +6,9 @@
 # test_lock (the trace lock's bias revoked under contention),
 # test_worker (the compile worker pool, and tc-worker, which it starts),
 # test_exit (exit() on one thread while another runs ops: the exit-time
-# destructors against a live thread) and test_cuda_traced with background
+# destructors against a live thread), test_index on two threads (the
+# CPU scatter_add's blocks, and the flag a bad index sets, shared by the
+# pool's threads) and test_cuda_traced with background
 # compiles (NVRTC on the compile thread, through the fake driver, whose
 # fibers are annotated for ThreadSanitizer). Prints each run's data races
 # and exits 1 when any was found.
@@ -22,7 +24,7 @@ if [ ! -f "$dir/build.ninja" ]; then
 fi
 fake=tests/jit_cuda/fake
 ninja -C "$dir" tc-worker tests/test_threads tests/test_trace tests/test_lock \
-  tests/test_worker tests/test_exit tests/test_cuda_traced \
+  tests/test_worker tests/test_exit tests/test_index tests/test_cuda_traced \
   $fake/libcuda.so.1 $fake/libnvrtc.so.13 $fake/libcublas.so.13 >/dev/null || { echo "tsan.sh: build failed"; exit 2; }
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0} TC_CACHE=0
 races=0
@@ -45,6 +47,7 @@ run "trace"             TC_ASYNC=0 "$dir/tests/test_trace"
 run "lock"              "$dir/tests/test_lock"
 run "worker"            TC_ASYNC=0 "$dir/tests/test_worker"
 run "exit"              "$dir/tests/test_exit"
+run "index, 2 threads"  TC_THREADS=2 "$dir/tests/test_index"
 run "cuda, async"       TC_ASYNC=1 TC_CACHE=0 TC_COMPILE=1 TC_HOT=1 \
   TC_RECOMPILE_LIMIT=2 LD_LIBRARY_PATH="$dir/$fake" "$dir/tests/test_cuda_traced"
 [ "$races" -eq 0 ]
