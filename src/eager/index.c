@@ -252,17 +252,22 @@ static void scatter_range(void *ctx, int64_t lo, int64_t hi)
 ** still fails the op. */
 static tc_tensor *cpu_scatter_add(const eager_call *c)
 {
-  const tc_tensor *a = c->in[0], *idx = c->in[1], *src = c->in[2];
-  int d = c->dim, last = idx->ndim - 1;
+  const tc_tensor *a = c->in[0];
+  int d = c->dim;
   if (c->dtype != TC_F32 && c->dtype != TC_F64 && c->dtype != TC_I32 &&
       c->dtype != TC_I64)
     return tc_seterr(TC_E_DTYPE, "%s: unsupported dtype %s", c->fn,
                      tc_dtype_name(c->dtype)), NULL;
-  tc_tensor *out = eager_contiguous_copy(a, c->dtype);
-  if (!out)
-    return NULL;
-  if (idx->numel == 0)
+  /* read where they are when their dtypes are the kernel's (the API's
+  ** checks make them so), else converted */
+  tc_tensor *idx = c->in[1]->dtype == TC_I32 || c->in[1]->dtype == TC_I64
+                   ? tensor_ref(c->in[1]) : dense(c->in[1], TC_I64);
+  tc_tensor *src = !idx ? NULL : c->in[2]->dtype == c->dtype
+                   ? tensor_ref(c->in[2]) : dense(c->in[2], c->dtype);
+  tc_tensor *out = src ? eager_contiguous_copy(a, c->dtype) : NULL;
+  if (!out || idx->numel == 0)
     goto done;
+  int last = idx->ndim - 1;
   const tc_tensor *ts[3] = { idx, src, out };
   scatter_job jb = { .c = c, .ix = tensor_ptr(idx),
                      .ix64 = idx->dtype == TC_I64, .s = tensor_ptr(src),
@@ -294,10 +299,13 @@ static tc_tensor *cpu_scatter_add(const eager_call *c)
   int64_t bad = atomic_load(&jb.bad);
   if (bad != INT64_MIN) {
     tensor_unref(out);
-    return bad_index(c, bad, a->shape[d]);
+    out = bad_index(c, bad, a->shape[d]);
   }
 done:
-  eager_count(ST_KERNELS_LAUNCHED);
+  tensor_unref(idx);
+  tensor_unref(src);
+  if (out)
+    eager_count(ST_KERNELS_LAUNCHED);
   return out;
 }
 
