@@ -440,9 +440,9 @@ static void nvrtc_check(const kir_kernel *k)
   int rc = hx_nvrtc(k, why, sizeof why);
   if (rc < 0)
     report_failure(k, "NVRTC", why);
-  else if (rc == 0) {
+  else if (rc == 0)
     hook.nvrtc_ok++;
-  } else
+  else
     hook.nvrtc_skipped++;
 }
 
