@@ -622,9 +622,9 @@ static void w14_check_dim(wl *w, int dim) {
 static void w14_check(wl *w) { w14_check_dim(w, 0); }
 static void w14b_check(wl *w) { w14_check_dim(w, 1); }
 
-/* W16 (the GPU bench's W16 on the CPU): an embedding's backward, as a
-** language model's training step makes it: 8192 tokens looked up in a
-** 50257x768 table (GPT-2's vocabulary), loss sum(rows * c), and
+/* W16: an embedding's backward, as a language model's training step makes
+** it (the GPU bench's W16's shapes, through autograd): 8192 tokens looked
+** up in a 50257x768 table (GPT-2's vocabulary), loss sum(rows * c), and
 ** the table's gradient (each token's row of c added into its row, the
 ** tokens in order) realized. The floor: the gradient table written once,
 ** the looked-up rows and c read once each. Checked at sampled rows
