@@ -116,11 +116,7 @@ static tc_tensor *gelu_erf_slope(tc_tensor *a)
 ** (a stored table of zeros would be written, then read and written). */
 static tc_tensor *in_zeros(const ag_node *x, tc_tensor *g, int i)
 {
-  int nd = x->in_ndim[i];
-  int64_t ones[TC_MAX_DIMS];
-  for (int k = 0; k < nd; k++)
-    ones[k] = 1;
-  return tc_expand(tc_reshape(zero0(g), nd, ones), nd, x->in_shape[i]);
+  return tc_expand(zero0(g), x->in_ndim[i], x->in_shape[i]);
 }
 
 /* Input i's part of a concatenation's gradient: its slice along the dim. */
