@@ -25,9 +25,13 @@
 **   the epilogue runs on the row block x those columns (<= 280 x 512 B),
 **   still in L2, on the thread that computed them.
 **
-** The BLAS path (a build with one, on a CPU with neither AVX2 nor
-** AVX-512) runs it single-threaded on fixed tiles of C, as before: a
+** The BLAS path (on a CPU with neither AVX2 nor AVX-512, where OpenBLAS
+** can be loaded) runs it single-threaded on fixed tiles of C: a
 ** multi-threaded BLAS call sums differently with the thread count.
+** OpenBLAS is loaded with dlopen when that path is first asked about, not
+** linked: loading it starts its thread pool (some 18 ms of a process's
+** start on these machines, then a thread that spins for 0.1 s), which
+** every program would pay for a library that the x86 paths never call.
 **
 ** Measured on the 2-core Intel Xeon (AVX-512) dev machine, f32, thread CPU
 ** time, GFLOP/s: see bench/README.md ("W6m") for the figures against
@@ -39,8 +43,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef TC_HAVE_CBLAS
-#include <cblas.h>
+#ifdef TC_BLAS_DLOPEN
+#include <dlfcn.h>
+#include <pthread.h>
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -218,6 +223,57 @@ dots8_f32(int64_t k, const float *a, int64_t as, const float *w, int64_t ldw,
 /* Epilogue tiles and task units: this many bytes of a row of C. */
 #define GEMM_EP_BYTES 512
 
+/* -- The BLAS, loaded at run time ------------------------------------------
+** The CBLAS entry points tc calls, bound from OpenBLAS with dlopen (their C
+** ABI and the CBLAS enum values are fixed by the CBLAS standard). */
+
+#ifdef TC_BLAS_DLOPEN
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float,
+                               const float *, int, const float *, int, float,
+                               float *, int);
+typedef void (*cblas_dgemm_fn)(int, int, int, int, int, int, double,
+                               const double *, int, const double *, int,
+                               double, double *, int);
+
+static struct {
+  pthread_once_t once;
+  bool ok;
+  cblas_sgemm_fn sgemm;
+  cblas_dgemm_fn dgemm;
+} blas = { .once = PTHREAD_ONCE_INIT };
+
+/* Load OpenBLAS (the loader's search path) and bind its CBLAS. It runs
+** single-threaded: tc splits the work itself (blas_gemm below). */
+static void blas_load(void)
+{
+  static const char *const sonames[] = { "libopenblas.so.0",
+                                         "libopenblas.so" };
+  for (size_t i = 0; i < sizeof sonames / sizeof *sonames; i++) {
+    void *h = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+      continue;
+    void (*set_threads)(int) =
+        (void (*)(int))dlsym(h, "openblas_set_num_threads");
+    blas.sgemm = (cblas_sgemm_fn)dlsym(h, "cblas_sgemm");
+    blas.dgemm = (cblas_dgemm_fn)dlsym(h, "cblas_dgemm");
+    if (set_threads && blas.sgemm && blas.dgemm) {
+      set_threads(1);
+      blas.ok = true;
+      return;   /* kept open for the process's life */
+    }
+    dlclose(h);
+  }
+}
+
+static bool blas_loaded(void)
+{
+  pthread_once(&blas.once, blas_load);
+  return blas.ok;
+}
+#endif /* TC_BLAS_DLOPEN */
+
 /* -- Paths ------------------------------------------------------------------ */
 
 static const char *const path_names[GEMM__MAX] = {
@@ -248,9 +304,9 @@ bool eager_gemm_path_available(gemm_path p)
   case GEMM_AVX2:
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-#ifdef TC_HAVE_CBLAS
+#ifdef TC_BLAS_DLOPEN
   case GEMM_BLAS:
-    return true;
+    return blas_loaded();
 #endif
   default:
     return false;
@@ -343,7 +399,7 @@ bool eager_gemm_set_path(gemm_path p)
 
 /* -- The BLAS path ------------------------------------------------------------ */
 
-#ifdef TC_HAVE_CBLAS
+#ifdef TC_BLAS_DLOPEN
 
 /* A leading dim as the BLAS wants it: ignored (so normalized) when the
 ** stored matrix has one row, else it must cover the row. Returns false when
@@ -378,17 +434,6 @@ static bool blas_ok(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 ** each is also an epilogue tile (256 KiB of f32: in L2). */
 #define BLAS_TILE 256
 
-static void blas_init(void)
-{
-#ifdef OPENBLAS_VERSION
-  static atomic_bool done;
-  if (!atomic_load_explicit(&done, memory_order_acquire)) {
-    openblas_set_num_threads(1);
-    atomic_store_explicit(&done, true, memory_order_release);
-  }
-#endif
-}
-
 /* One call, split into tiles; a, b, c are float or double (f64). */
 typedef struct {
   bool ta, tb, f64;
@@ -408,15 +453,15 @@ static void blas_tile(const blas_args *g, int64_t t)
   int mt = (int)min64(g->tm, g->m - i0), nt = (int)min64(g->tn, g->n - j0);
   int64_t ao = g->ta ? i0 : i0 * g->lda, bo = g->tb ? j0 * g->ldb : j0;
   int64_t co = i0 * g->ldc + j0;
-  enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
-  enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+  int ta = g->ta ? CBLAS_TRANS : CBLAS_NO_TRANS;
+  int tb = g->tb ? CBLAS_TRANS : CBLAS_NO_TRANS;
   if (g->f64)
-    cblas_dgemm(CblasRowMajor, ta, tb, mt, nt, (int)g->k, 1.0,
+    blas.dgemm(CBLAS_ROW_MAJOR, ta, tb, mt, nt, (int)g->k, 1.0,
                 (const double *)g->a + ao, (int)g->lda,
                 (const double *)g->b + bo, (int)g->ldb, 0.0,
                 (double *)g->c + co, (int)g->ldc);
   else
-    cblas_sgemm(CblasRowMajor, ta, tb, mt, nt, (int)g->k, 1.0f,
+    blas.sgemm(CBLAS_ROW_MAJOR, ta, tb, mt, nt, (int)g->k, 1.0f,
                 (const float *)g->a + ao, (int)g->lda,
                 (const float *)g->b + bo, (int)g->ldb, 0.0f,
                 (float *)g->c + co, (int)g->ldc);
@@ -447,7 +492,6 @@ static bool blas_gemm(blas_args *g)
 {
   if (!blas_ok(g->ta, g->tb, g->m, g->n, g->k, &g->lda, &g->ldb, &g->ldc))
     return false;
-  blas_init();
   int64_t tiles_m = tile_count(g->m, &g->tm);
   g->tiles_n = tile_count(g->n, &g->tn);
   double tile_flops = 2.0 * (double)g->tm * (double)g->tn * (double)g->k;
@@ -456,7 +500,7 @@ static bool blas_gemm(blas_args *g)
   return true;
 }
 
-#endif /* TC_HAVE_CBLAS */
+#endif /* TC_BLAS_DLOPEN */
 
 /* Did the BLAS take the call? Only on its path, for a non-empty product
 ** it can express; a, b, c are float or double (f64). */
@@ -465,7 +509,7 @@ static bool blas_took(gemm_path p, bool f64, bool ta, bool tb, int64_t m,
                       const void *b, int64_t ldb, void *c, int64_t ldc,
                       eager_gemm_epilogue ep, void *ctx)
 {
-#ifdef TC_HAVE_CBLAS
+#ifdef TC_BLAS_DLOPEN
   blas_args g = { .ta = ta, .tb = tb, .f64 = f64, .m = m, .n = n, .k = k,
                   .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b,
                   .c = c, .ep = ep, .ep_ctx = ctx };
@@ -487,13 +531,10 @@ GEMM_ENTRIES(f32, float, false)
 GEMM_ENTRIES(f64, double, true)
 #undef GEMM_ENTRIES
 
-/* At library init: OpenBLAS's own threads would otherwise spin (yielding)
-** after load and steal cycles from every op until the first matmul. */
+/* At library init: the path is chosen (and OpenBLAS loaded where it is
+** the path) before any op runs. */
 void eager_gemm_init(void)
 {
-#ifdef TC_HAVE_CBLAS
-  blas_init();
-#endif
   (void)eager_gemm_path();
 }
 
@@ -504,13 +545,9 @@ const char *eager_gemm_backend(void)
     return "tc avx512";
   case GEMM_AVX2:
     return "tc avx2";
-#ifdef TC_HAVE_CBLAS
+#ifdef TC_BLAS_DLOPEN
   case GEMM_BLAS:
-#ifdef OPENBLAS_VERSION
     return "openblas (cblas)";
-#else
-    return "cblas";
-#endif
 #endif
   default:
     return "tc portable";

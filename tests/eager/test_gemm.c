@@ -10,6 +10,8 @@
 ** to all of C afterwards, bitwise; eager_matmul_ep, the same for the op.
 ** Thread counts: the binary re-executes
 ** itself with TC_THREADS=1, 2, 3 and compares every result's hash.
+** OpenBLAS is loaded only when the BLAS path is asked about (it must run
+** first, before another test asks).
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -707,6 +710,32 @@ static void test_gemm_backend_name(void **state)
   assert_int_equal(eager_gemm_path(), p);
 }
 
+/* OpenBLAS is in the process only once the BLAS path is asked about (or
+** chosen: a CPU with neither AVX2 nor AVX-512): loading it starts its
+** thread pool. Runs first, before any other test asks. */
+static void test_gemm_blas_loaded_when_asked(void **state)
+{
+  (void)state;
+  size_t mark = tc_scope_begin();
+  tc_tensor *t = tc_matmul(tc_ones(TC_F32, TC_SHAPE(2, 3)),
+                           tc_ones(TC_F32, TC_SHAPE(3, 2)));   /* an op ran */
+  double v;
+  assert_int_equal(tc_item(tc_sum_all(t), &v), 0);
+  assert_true(v == 12.0);
+  tc_scope_end(mark);
+  if (eager_gemm_path() != GEMM_BLAS)
+    assert_null(dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD));
+  if (!eager_gemm_path_available(GEMM_BLAS)) {
+    skip();   /* no OpenBLAS here, or a -Dblas=disabled build */
+    return;
+  }
+  void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    h = dlopen("libopenblas.so", RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(h);
+  dlclose(h);
+}
+
 int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--emit") == 0) {
@@ -716,6 +745,7 @@ int main(int argc, char **argv)
     return failed ? 1 : 0;
   }
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_gemm_blas_loaded_when_asked),   /* first */
     cmocka_unit_test_teardown(test_gemm_paths_match_reference, restore_path),
     cmocka_unit_test(test_gemm_portable_matches_reference),
     cmocka_unit_test_teardown(test_gemm_integers_exact, restore_path),
