@@ -300,15 +300,31 @@ static int put_shape(int64_t *f, int n, int cap, int ndim,
   return put(f, n, cap, tensor_shape_numel(ndim, shape));
 }
 
+/* Does input i share its storage with another input? (Guarded: the
+** region's guards fix which inputs share one.) */
+static bool input_shares_storage(const fuse_graph *g, int i)
+{
+  for (int j = 0; j < g->ninputs; j++)
+    if (j != i && g->inputs[j]->storage == g->inputs[i]->storage)
+      return true;
+  return false;
+}
+
 /* The graph's facts in a fixed order (the structure fixes the count); n
-** of at most cap written, or the count needed when more. */
+** of at most cap written, or the count needed when more. An input's own
+** offset is a fact only where it shares its storage with another input:
+** lowering reads it only through tensor_same_view between two such, and
+** binds every input by its data pointer, which includes it. (Else the
+** weights of a decoder's layers, at different offsets in one mapped
+** file, and a row of a table read at a moving position, would make the
+** same region relate its numbers otherwise from one run to the next.) */
 static int facts_of(const fuse_graph *g, int64_t *f, int cap)
 {
   int n = put(f, put(f, 0, cap, 0), cap, 1);
   for (int i = 0; i < g->ninputs; i++) {
     const tc_tensor *t = g->inputs[i];
     n = put_shape(f, n, cap, t->ndim, t->shape, t->stride);
-    n = put(f, n, cap, t->offset);
+    n = put(f, n, cap, input_shares_storage(g, i) ? t->offset : 0);
   }
   for (int i = 0; i < g->nnodes; i++) {
     const fuse_node *nd = &g->nodes[i];

@@ -144,9 +144,14 @@ static uint64_t geom_hash(uint64_t h, const tensor_geom *g)
   return trace_hash_word(h, (uint64_t)g->offset);
 }
 
-/* The structure hash of a node: its op and attributes, and its inputs'
-** hashes and view geometry. Scalar values are runtime arguments and stay
-** out; whether an op has scalars is implied by the op. O(1) per op. */
+/* The structure hash of a node, by itself: its op and attributes, and for
+** each input what kind of edge it is (a node's value, or a leaf of some
+** rank) and the view geometry it reads through. Scalar values are runtime
+** arguments and stay out; whether an op has scalars is implied by the op.
+** Which node an edge reads is not in it: the region's hash (region.c)
+** adds that as it walks the region, so a region's hash does not depend on
+** what came before it (the six layers of a decoder are one structure).
+** O(1) per op. */
 static uint64_t node_hash(const trace_node *n)
 {
   uint64_t h = trace_hash_word(TRACE_HASH_SEED,
@@ -157,7 +162,7 @@ static uint64_t node_hash(const trace_node *n)
   h = trace_hash_word(h, (uint64_t)(int64_t)n->dim);
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    h = trace_hash_word(h, e->node   ? e->node->hash
+    h = trace_hash_word(h, e->node   ? TRACE_NODE_EDGE
                      : e->leaf ? leaf_hashes[e->leaf->ndim]
                                : 0);
     if (e->viewed)

@@ -296,26 +296,32 @@ static int input_of(builder *b, tc_tensor *t, bool *added)
   return b->r.ninputs++;
 }
 
-/* Read input t (a leaf tensor, or a computed value of structure hash h):
-** the hash records which input each read is. */
-static int collect_input(builder *b, tc_tensor *t, bool leaf, uint64_t h)
+/* Read input t (a leaf tensor, or a value computed earlier): the hash
+** records which input each read is, and at its first read its rank and
+** whether it is a leaf (its dtype, sizes and strides are guarded). */
+static int collect_input(builder *b, tc_tensor *t, bool leaf)
 {
   bool added = false;
   int idx = input_of(b, t, &added);
   if (idx < 0)
     return -1;
-  if (added)   /* a computed value enters like a leaf; its structure tells
-                  them apart */
-    b->h = trace_hash_word(trace_hash_word(b->h, leaf), h);
+  if (added)
+    b->h = trace_hash_word(trace_hash_word(b->h, leaf),
+                           trace_leaf_hash(t->ndim));
   b->h = trace_hash_word(b->h, (uint64_t)idx);
   return 0;
 }
 
-/* Depth-first from n: pending nodes in postorder (operands first). */
+/* Depth-first from n: pending nodes in postorder (operands first). The
+** structure hash is this walk written out: each node's own hash after its
+** operands' (node_hash: op, attributes, edge kinds and views), each read
+** of an input by index, each operand met again by its position. That
+** determines the graph, and nothing outside the region enters it: which
+** ops computed an input before is not structure. */
 static int collect(builder *b, trace_node *n, uint64_t epoch)
 {
   if (n->value)
-    return collect_input(b, n->value, false, n->hash);
+    return collect_input(b, n->value, false);
   if (n->mark == epoch) {   /* a shared operand, by position */
     b->h = trace_hash_word(b->h, (uint64_t)(-2 - (int64_t)n->slot));
     return 0;
@@ -327,10 +333,13 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
     return -1;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    int rc = e->leaf   ? collect_input(b, e->leaf, true,
-                                       trace_leaf_hash(e->leaf->ndim))
-             : e->node ? collect(b, e->node, epoch)
-                       : 0;
+    int rc = 0;
+    if (e->leaf)
+      rc = collect_input(b, e->leaf, true);
+    else if (e->node)
+      rc = collect(b, e->node, epoch);
+    else
+      b->h = trace_hash_word(b->h, TRACE_NO_EDGE);
     if (rc < 0)
       return -1;
   }
@@ -339,7 +348,20 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
     return -1;
   n->slot = b->r.nnodes;
   b->r.nodes[b->r.nnodes++] = n;
+  b->h = trace_hash_word(b->h, n->hash);
   return 0;
+}
+
+/* Output n in the structure hash: its position in the region, or for a
+** value computed before (a pending write of it), its input index. */
+static uint64_t output_word(builder *b, const trace_node *n)
+{
+  if (!n->value)
+    return (uint64_t)n->slot;
+  for (int i = 0; i < b->r.ninputs; i++)
+    if (b->r.inputs[i] == n->value)
+      return (uint64_t)(-3000000 - (int64_t)i);
+  return UINT64_MAX;   /* not reached: collect() made it an input */
 }
 
 /* Done with the region; its nodes' slots must be reset already (the nodes
@@ -416,9 +438,10 @@ static int region_build(builder *b, reqs *q, int64_t small, uint64_t before)
       return -1;
     b->h = trace_hash_word(b->h, (uint64_t)(-1000000 - (int64_t)j));
   }
-  for (int i = 0; i < q->n; i++)
-    b->h = trace_hash_word(trace_hash_word(b->h, q->at[i].node->hash),
-                           q->at[i].dest != NULL);
+  for (int i = 0; i < q->n; i++) {
+    b->h = trace_hash_word(b->h, output_word(b, q->at[i].node));
+    b->h = trace_hash_word(b->h, q->at[i].dest != NULL);
+  }
   r->hash = b->h;
   return 0;
 }

@@ -859,6 +859,129 @@ static void test_trace_cold_static_when_dynamic_cannot(void **state)
   free(log);
 }
 
+/* -- One structure for one computation, whatever came before ------------- */
+
+enum { LAYERS = 6, WIDTH = 24 };
+
+/* A stack of LAYERS identical layers, as a model writes it: each reads the
+** previous layer's output and its own weights, rows of one stored table
+** (at their own offsets, as a file's tensors are). Each layer reads a
+** statistic of its pre-activation h after recording the activation that
+** reads h: so a region computes the previous layer's activation and this
+** layer's h, and reads h, which the region before computed after the
+** activation reading it was recorded (as a decoder's layers are cut by
+** the read of the KV cache). out gets the last layer's output; stat the
+** sum of the statistics. */
+static void layer_stack(tc_tensor *table, tc_tensor *x0, float *out,
+                        double *stat)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *x = x0;
+  *stat = 0;
+  for (int l = 0; l < LAYERS; l++) {
+    tc_tensor *w = tc_slice(table, 0, 2 * l, 2 * l + 1, 1);
+    tc_tensor *b = tc_slice(table, 0, 2 * l + 1, 2 * l + 2, 1);
+    tc_tensor *h = tc_add(tc_mul(x, w), b);
+    x = tc_mul(tc_tanh(h), tc_rsqrt(tc_add_scalar(tc_mean(tc_mul(h, h), -1,
+                                                          true), 1e-5)));
+    double v;
+    assert_int_equal(tc_item(tc_sum_all(h), &v), 0);
+    *stat += v;
+  }
+  assert_int_equal(tc_copy_to(x, out, sizeof(float) * WIDTH), 0);
+  tc_scope_end(mark);
+}
+
+/* Layers 2..LAYERS are one region structure: a region's hash is its own
+** graph, not the history of the values it reads (each layer's h reads an
+** activation recorded while the h before it was lazy, whose node was
+** recorded while the h before that was ...). So they are planned and
+** compiled once, not once per layer; the first layer's region, which has
+** no activation before it, is the only other. Results equal eager's bit
+** for bit. */
+static void test_trace_layers_share_a_structure(void **state)
+{
+  (void)state;
+  tc_tensor *table = tc_randn(TC_F32, TC_SHAPE(2 * LAYERS, WIDTH), 5);
+  tc_tensor *x0 = tc_randn(TC_F32, TC_SHAPE(1, WIDTH), 6);
+  float want[WIDTH], got[WIDTH];
+  double want_stat, got_stat;
+  tc_compile_set(false);
+  layer_stack(table, x0, want, &want_stat);
+  tc_compile_set(true);
+  log_begin();
+  for (int pass = 0; pass < 3; pass++) {
+    layer_stack(table, x0, got, &got_stat);
+    assert_memory_equal(got, want, sizeof got);
+    assert_memory_equal(&got_stat, &want_stat, sizeof got_stat);
+  }
+  char *log = log_end();
+  tc_stats s;
+  tc_stats_get(&s);
+  /* the first layer's, the second's (its input computed by a region of
+  ** another structure), the other four layers', the last read's; one
+  ** per layer and more before */
+  assert_int_equal(count(log, ": new: "), 4);
+  assert_int_equal(count(log, " hot after "), 4);
+  assert_true(s.regions_compiled >= 3 * LAYERS - 2);
+  free(log);
+  tc_release(table);
+  tc_release(x0);
+}
+
+/* A shape-dynamic region reading a row of a table at a moving position
+** (a token's embedding, a rotary table's row): that row's offset is not a
+** fact of the layout recipe (no other input shares its storage, and inputs
+** are bound by their data pointers), so no position relates the region's
+** sizes otherwise, and every new length derives its layout. (With the
+** offset a fact, position 12's offset, 12 rows of 24, equals the length
+** of c, another input, and the layout was planned again there.) */
+static double row_attend(tc_tensor *table, tc_tensor *keys, tc_tensor *c,
+                         int64_t pos)
+{
+  size_t mark = tc_scope_begin();
+  tc_tensor *q = tc_slice(tc_slice(table, 0, pos, pos + 1, 1), 1, 0,
+                          tc_size(keys, 1), 1);
+  tc_tensor *k = tc_slice(keys, 0, 0, pos + 1, 1);
+  tc_tensor *s = tc_matmul(q, tc_transpose(k, 0, 1));
+  tc_tensor *e = tc_exp(tc_sub(s, tc_max(s, -1, true)));
+  tc_tensor *p = tc_div(e, tc_sum(e, -1, true));
+  double v;
+  assert_int_equal(tc_item(tc_add(tc_sum_all(tc_matmul(p, k)),
+                                  tc_sum_all(c)), &v), 0);
+  tc_scope_end(mark);
+  return v;
+}
+
+static void test_trace_dynamic_moving_row_derived(void **state)
+{
+  (void)state;
+  /* N: k's length reaches the table's row stride (24) and k's size c's
+  ** (36 rows) only past it: sizes that relate otherwise, as they should */
+  enum { D = 8, N = 23 };
+  tc_tensor *table = tc_randn(TC_F32, TC_SHAPE(N, 3 * D), 7);
+  tc_tensor *keys = tc_randn(TC_F32, TC_SHAPE(N, D), 8);
+  tc_tensor *c = tc_randn(TC_F32, TC_SHAPE(12 * 3 * D), 9);
+  double want[N];
+  tc_compile_set(false);
+  for (int64_t pos = 0; pos < N; pos++)
+    want[pos] = row_attend(table, keys, c, pos);
+  tc_compile_set(true);
+  for (int64_t pos = 0; pos < N; pos++)
+    for (int rep = 0; rep < 2; rep++) {
+      double got = row_attend(table, keys, c, pos);
+      assert_memory_equal(&got, &want[pos], sizeof got);
+    }
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_true(s.layouts_derived >= 12);   /* lengths 10 .. 23 */
+  assert_int_equal(s.layouts_built, 0);
+  assert_int_equal(s.compile_failures, 0);
+  tc_release(table);
+  tc_release(keys);
+  tc_release(c);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -893,6 +1016,10 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_trace_kernel_table_threads, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_dynamic_layouts_derived,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_layers_share_a_structure,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_dynamic_moving_row_derived,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(
       test_trace_dynamic_layout_sizes_relate_otherwise, setup, teardown),
