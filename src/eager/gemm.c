@@ -263,6 +263,8 @@ static void blas_load(void)
       blas.ok = true;
       return;   /* kept open for the process's life */
     }
+    blas.sgemm = NULL;
+    blas.dgemm = NULL;
     dlclose(h);
   }
 }
@@ -457,14 +459,14 @@ static void blas_tile(const blas_args *g, int64_t t)
   int tb = g->tb ? CBLAS_TRANS : CBLAS_NO_TRANS;
   if (g->f64)
     blas.dgemm(CBLAS_ROW_MAJOR, ta, tb, mt, nt, (int)g->k, 1.0,
-                (const double *)g->a + ao, (int)g->lda,
-                (const double *)g->b + bo, (int)g->ldb, 0.0,
-                (double *)g->c + co, (int)g->ldc);
+               (const double *)g->a + ao, (int)g->lda,
+               (const double *)g->b + bo, (int)g->ldb, 0.0,
+               (double *)g->c + co, (int)g->ldc);
   else
     blas.sgemm(CBLAS_ROW_MAJOR, ta, tb, mt, nt, (int)g->k, 1.0f,
-                (const float *)g->a + ao, (int)g->lda,
-                (const float *)g->b + bo, (int)g->ldb, 0.0f,
-                (float *)g->c + co, (int)g->ldc);
+               (const float *)g->a + ao, (int)g->lda,
+               (const float *)g->b + bo, (int)g->ldb, 0.0f,
+               (float *)g->c + co, (int)g->ldc);
   if (g->ep)
     g->ep(g->ep_ctx, i0, i0 + mt, j0, j0 + nt);
 }

@@ -150,7 +150,7 @@ static uint64_t geom_hash(uint64_t h, const tensor_geom *g)
 ** arguments and stay out; whether an op has scalars is implied by the op.
 ** Which node an edge reads is not in it: the region's hash (region.c)
 ** adds that as it walks the region, so a region's hash does not depend on
-** what came before it (the six layers of a decoder are one structure).
+** what came before it (a decoder's layers are one structure).
 ** O(1) per op. */
 static uint64_t node_hash(const trace_node *n)
 {

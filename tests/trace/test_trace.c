@@ -892,13 +892,11 @@ static void layer_stack(tc_tensor *table, tc_tensor *x0, float *out,
   tc_scope_end(mark);
 }
 
-/* Layers 2..LAYERS are one region structure: a region's hash is its own
+/* Layers 3..LAYERS are one region structure: a region's hash is its own
 ** graph, not the history of the values it reads (each layer's h reads an
 ** activation recorded while the h before it was lazy, whose node was
 ** recorded while the h before that was ...). So they are planned and
-** compiled once, not once per layer; the first layer's region, which has
-** no activation before it, is the only other. Results equal eager's bit
-** for bit. */
+** compiled once, not once per layer. Results equal eager's bit for bit. */
 static void test_trace_layers_share_a_structure(void **state)
 {
   (void)state;
@@ -918,9 +916,9 @@ static void test_trace_layers_share_a_structure(void **state)
   char *log = log_end();
   tc_stats s;
   tc_stats_get(&s);
-  /* the first layer's, the second's (its input computed by a region of
-  ** another structure), the other four layers', the last read's; one
-  ** per layer and more before */
+  /* the first layer's; the second's, which computes the first layer's h
+  ** again from x0 (the first region stored only its statistic); layers
+  ** 3..6's; the last read's. Before: one per layer, and the last's */
   assert_int_equal(count(log, ": new: "), 4);
   assert_int_equal(count(log, " hot after "), 4);
   assert_true(s.regions_compiled >= 3 * LAYERS - 2);
