@@ -232,6 +232,6 @@ typedef void (*eager_matmul_epilogue)(void *ctx, tc_tensor *out,
 tc_tensor *eager_matmul_ep(const eager_call *c, eager_matmul_epilogue ep,
                            void *ctx);
 const char *eager_gemm_backend(void);
-void eager_gemm_init(void);   /* at init: the path chosen (OpenBLAS loaded if it is the path) */
+void eager_gemm_init(void);   /* at init: the path chosen (and loaded) */
 
 #endif

@@ -333,13 +333,9 @@ static int collect(builder *b, trace_node *n, uint64_t epoch)
     return -1;
   for (int i = 0; i < n->nin; i++) {
     const trace_edge *e = &n->in[i];
-    int rc = 0;
-    if (e->leaf)
-      rc = collect_input(b, e->leaf, true);
-    else if (e->node)
-      rc = collect(b, e->node, epoch);
-    else
-      b->h = trace_hash_word(b->h, TRACE_NO_EDGE);
+    int rc = e->leaf   ? collect_input(b, e->leaf, true)
+             : e->node ? collect(b, e->node, epoch)
+                       : 0;   /* absent: the node's own hash says so */
     if (rc < 0)
       return -1;
   }
@@ -358,10 +354,8 @@ static uint64_t output_word(builder *b, const trace_node *n)
 {
   if (!n->value)
     return (uint64_t)n->slot;
-  for (int i = 0; i < b->r.ninputs; i++)
-    if (b->r.inputs[i] == n->value)
-      return (uint64_t)(-3000000 - (int64_t)i);
-  return UINT64_MAX;   /* not reached: collect() made it an input */
+  /* collect() made it an input: found, not added */
+  return (uint64_t)(-3000000 - (int64_t)input_of(b, n->value, NULL));
 }
 
 /* Done with the region; its nodes' slots must be reset already (the nodes

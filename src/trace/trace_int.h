@@ -110,9 +110,8 @@ static inline void trace_unlock(void)
 ** for every edge of a region realized). */
 #define TRACE_HASH_SEED 0x243f6a8885a308d3u   /* pi: any nonzero start */
 /* What a node's hash says of an edge that reads another node (which one,
-** the region's walk adds), and what the walk says of an absent edge. */
+** the region's walk adds). */
 #define TRACE_NODE_EDGE 0xb7e151628aed2a6bu   /* e */
-#define TRACE_NO_EDGE 0x6a09e667f3bcc908u     /* sqrt 2 */
 
 static inline uint64_t trace_hash_word(uint64_t h, uint64_t v)
 {
