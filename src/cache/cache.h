@@ -4,7 +4,10 @@
 ** failed) and stats. A variant seen TC_HOT times is handed to the compile
 ** hook once; a failed compile is remembered and never retried. After
 ** TC_RECOMPILE_LIMIT variants of one structure, the structure asks for a
-** shape-dynamic compile instead of specializing again.
+** shape-dynamic compile instead of specializing again; sooner when its
+** sizes march (three variants in a row whose sizes step by the same
+** amounts: a growing KV cache, whose every length is new and would be
+** specialized once and never run again).
 */
 #ifndef TC_CACHE_H
 #define TC_CACHE_H
@@ -42,7 +45,10 @@ typedef struct cache_entry {
 typedef struct cache_struct {
   uint64_t hash;                  /* structure hash of the region */
   int nvariants;                  /* variants ever made (incl. freed) */
-  bool want_dynamic;              /* recompile limit reached */
+  bool want_dynamic;              /* recompile limit reached, or marched */
+  bool marched;                   /* went shape-dynamic as its sizes marched */
+  struct cache_entry *recent[2];  /* the last two static variants made,
+                                     newest first (NULL: none, or evicted) */
   cache_entry *variants;          /* most recently used first; owned */
   cache_entry *dynamic;           /* the shape-dynamic variant, if any */
   struct cache_struct *next;      /* hash chain; owned by the table */
@@ -63,7 +69,8 @@ cache_struct *cache_struct_get(uint64_t hash);
 ** NULL. */
 cache_entry *cache_variant_find(cache_struct *s, int n,
                                 const tc_tensor *const *ins);
-/* A new variant for these inputs (dynamic when s->want_dynamic). When the
+/* A new variant for these inputs (dynamic when s->want_dynamic, or when
+** the inputs' sizes march on from the last two static variants'). When the
 ** table holds max_entries variants, the least recently used one that is not
 ** being compiled goes first (its plan freed; a structure left with none is
 ** freed too, unless it is s). */

@@ -89,6 +89,9 @@ static void evict_one(const cache_struct *keep)
     }
   if (s->dynamic == victim)
     s->dynamic = NULL;
+  for (int i = 0; i < 2; i++)
+    if (s->recent[i] == victim)
+      s->recent[i] = NULL;
   if (tensor_log_on(TC_LOG_REGIONS))
     tensor_log(TC_LOG_REGIONS, "region %016llx: a variant evicted (the "
                "table holds %d, TC_REGIONS_MAX)", (unsigned long long)s->hash,
@@ -116,6 +119,9 @@ cache_entry *cache_variant_add(cache_struct *s, int n,
     if (nentries == before)
       break;   /* every variant is compiling: grow past the bound */
   }
+  if (!s->want_dynamic && s->recent[0] && s->recent[1] &&
+      guard_sizes_march(s->recent[1]->guards, s->recent[0]->guards, n, ins))
+    s->want_dynamic = s->marched = true;
   bool dynamic = s->want_dynamic;
   cache_entry *e = calloc(1, sizeof *e);
   if (!e)
@@ -132,10 +138,14 @@ cache_entry *cache_variant_add(cache_struct *s, int n,
   s->variants = e;
   s->nvariants++;
   nentries++;
-  if (dynamic)
+  if (dynamic) {
     s->dynamic = e;
-  else if (s->nvariants >= cfg.recompile_limit)
-    s->want_dynamic = true;
+  } else {
+    s->recent[1] = s->recent[0];
+    s->recent[0] = e;
+    if (s->nvariants >= cfg.recompile_limit)
+      s->want_dynamic = true;
+  }
   return e;
 }
 

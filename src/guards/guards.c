@@ -154,6 +154,37 @@ int guard_explain(const guard_set *g, int n, const tc_tensor *const *ins,
   return 0;
 }
 
+/* a -> b -> c steps by one amount twice (no overflow: sizes and strides
+** are far below 2^62). */
+static bool steps_alike(int64_t a, int64_t b, int64_t c)
+{
+  return b - a == c - b;
+}
+
+bool guard_sizes_march(const guard_set *older, const guard_set *newer,
+                       int n, const tc_tensor *const *ins)
+{
+  if (older->dynamic || newer->dynamic || older->n != n || newer->n != n)
+    return false;
+  bool moved = false;
+  for (int i = 0; i < n; i++) {
+    const guard_input *a = &older->in[i], *b = &newer->in[i];
+    guard_input c;
+    fill(&c, ins, i, false);
+    if (a->dtype != c.dtype || b->dtype != c.dtype || a->ndim != c.ndim ||
+        b->ndim != c.ndim || a->device != c.device ||
+        b->device != c.device || a->alias != c.alias || b->alias != c.alias)
+      return false;
+    for (int d = 0; d < c.ndim; d++) {
+      if (!steps_alike(a->shape[d], b->shape[d], c.shape[d]) ||
+          !steps_alike(a->stride[d], b->stride[d], c.stride[d]))
+        return false;
+      moved |= c.shape[d] != b->shape[d];
+    }
+  }
+  return moved;
+}
+
 void guard_dump(const guard_set *g, FILE *out)
 {
   for (int i = 0; i < g->n; i++) {

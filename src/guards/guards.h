@@ -45,6 +45,13 @@ bool guard_check(const guard_set *g, int n, const tc_tensor *const *ins);
 ** compiled for 1024"; returns 0 and writes "ok" when all hold. */
 int guard_explain(const guard_set *g, int n, const tc_tensor *const *ins,
                   char *buf, size_t len);
+/* Do the inputs march on from `newer` as newer did from `older` (two
+** static sets)? True when every size and stride steps by the amount it
+** stepped last time, some size by a nonzero amount, with the same dtypes,
+** ranks and sharing: a growing KV cache, say, whose next length will be
+** new too. */
+bool guard_sizes_march(const guard_set *older, const guard_set *newer,
+                       int n, const tc_tensor *const *ins);
 /* One line per input, for dumps and the cache metadata. */
 void guard_dump(const guard_set *g, FILE *out);
 

@@ -217,7 +217,8 @@ typedef struct {
   bool compile;            /* TC_COMPILE: trace and compile (0) */
   int hot;                 /* TC_HOT: sightings before a compile (2) */
   int recompile_limit;     /* TC_RECOMPILE_LIMIT: variants before a
-                              shape-dynamic compile (8) */
+                              shape-dynamic compile (8; sooner when
+                              the sizes march) */
   int node_limit;          /* TC_NODE_LIMIT: live nodes before all is
                               realized (2048) */
   bool async;              /* TC_ASYNC: compile in the background (1) */

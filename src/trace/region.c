@@ -619,7 +619,9 @@ static cache_entry *lookup(const trace_region *r, bool *hot,
     if (tensor_log_on(TC_LOG_REGIONS))
       tensor_log(TC_LOG_REGIONS, "region %016llx: new%s: %d nodes, %d "
                  "inputs, %d outputs", (unsigned long long)r->hash,
-                 e->guards->dynamic ? " (shape-dynamic)" : "", r->nnodes,
+                 !e->guards->dynamic ? ""
+                 : s->marched ? " (shape-dynamic) as its sizes march"
+                              : " (shape-dynamic)", r->nnodes,
                  r->ninputs, r->noutputs);
   }
   *hot = count_hit(e, r);

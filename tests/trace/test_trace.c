@@ -302,9 +302,12 @@ static void test_trace_guard_failures_explained(void **state)
 static void test_trace_recompile_limit(void **state)
 {
   (void)state;
+  /* rows in an order whose steps never repeat twice in a row (sizes that
+  ** march go shape-dynamic sooner: test_trace_marching_sizes) */
+  const int64_t rows[12] = { 5, 2, 9, 3, 12, 7, 4, 11, 6, 13, 8, 10 };
   log_begin();
-  for (int n = 1; n <= 12; n++) {
-    tc_tensor *x = tc_ones(TC_F32, TC_SHAPE(n + 1, 7));
+  for (int i = 0; i < 12; i++) {
+    tc_tensor *x = tc_ones(TC_F32, TC_SHAPE(rows[i], 7));
     run_cast_body(x);
     run_cast_body(x);
     tc_release(x);
@@ -316,7 +319,72 @@ static void test_trace_recompile_limit(void **state)
   /* 8 specialized variants, then one shape-dynamic one serves the rest. */
   assert_int_equal(nv, 9);
   assert_int_equal(count(log, "new (shape-dynamic)"), 1);
+  assert_int_equal(count(log, "sizes march"), 0);
   free(log);
+}
+
+/* What marching is: every size and stride steps by the amount it stepped
+** last time, some size by a nonzero one; same dtypes, ranks and sharing. */
+static void test_trace_guard_sizes_march(void **state)
+{
+  (void)state;
+  tc_tensor *base = tc_zeros(TC_F32, TC_SHAPE(64, 8));
+  tc_tensor *w = tc_zeros(TC_F32, TC_SHAPE(8));
+  guard_set *g[3];
+  for (int t = 0; t < 3; t++) {   /* a cache's first 3, 5, 7 rows, and w */
+    tc_tensor *ins[2] = { tc_slice(base, 0, 0, 3 + 2 * t, 1), w };
+    g[t] = guard_build(2, (const tc_tensor *const *)ins, false);
+    assert_non_null(g[t]);
+    tc_release(ins[0]);
+  }
+  struct { int64_t rows, cols; tc_dtype dt; bool march; } next[] = {
+    { 9, 8, TC_F32, true },     /* +2 rows again */
+    { 8, 8, TC_F32, false },    /* +1: another step */
+    { 7, 8, TC_F32, false },    /* the same sizes as the last */
+    { 9, 4, TC_F32, false },    /* a size that stood still moves */
+    { 9, 8, TC_F64, false },    /* another dtype */
+  };
+  for (size_t i = 0; i < sizeof next / sizeof next[0]; i++) {
+    tc_tensor *b = tc_zeros(next[i].dt, TC_SHAPE(64, next[i].cols));
+    tc_tensor *ins[2] = { tc_slice(b, 0, 0, next[i].rows, 1), w };
+    bool got = guard_sizes_march(g[1], g[2], 2,
+                                 (const tc_tensor *const *)ins);
+    if (got != next[i].march)
+      fail_msg("case %zu: march %d, expected %d", i, got, next[i].march);
+    tc_release(ins[0]);
+    tc_release(b);
+  }
+  /* the strides march too: a contiguous (rows, 8) transposed has stride
+  ** rows in its second dim (5, 7, 9: steps alike; 5, 7, 10: not) */
+  guard_set *h[2];
+  for (int t = 0; t < 2; t++) {
+    tc_tensor *x = tc_zeros(TC_F32, TC_SHAPE(5 + 2 * t, 8));
+    tc_tensor *ins[1] = { tc_transpose(x, 0, 1) };
+    h[t] = guard_build(1, (const tc_tensor *const *)ins, false);
+    tc_release(ins[0]);
+    tc_release(x);
+  }
+  for (int rows = 9; rows <= 10; rows++) {
+    tc_tensor *x = tc_zeros(TC_F32, TC_SHAPE(rows, 8));
+    tc_tensor *ins[1] = { tc_transpose(x, 0, 1) };
+    assert_true(guard_sizes_march(h[0], h[1], 1,
+                                  (const tc_tensor *const *)ins) ==
+                (rows == 9));
+    tc_release(ins[0]);
+    tc_release(x);
+  }
+  /* a shape-dynamic set does not take part */
+  tc_tensor *ins[2] = { tc_slice(base, 0, 0, 9, 1), w };
+  guard_set *d = guard_build(2, (const tc_tensor *const *)ins, true);
+  assert_false(guard_sizes_march(g[1], d, 2, (const tc_tensor *const *)ins));
+  tc_release(ins[0]);
+  guard_free(d);
+  for (int t = 0; t < 3; t++)
+    guard_free(g[t]);
+  guard_free(h[0]);
+  guard_free(h[1]);
+  tc_release(base);
+  tc_release(w);
 }
 
 /* A region may have hundreds of inputs: an input past the 128th that
@@ -755,12 +823,41 @@ static bool dynamic_region(const char *log, char *out)
   return true;
 }
 
-/* A second sequence meets its first 8 lengths again. Their specialized
+/* A cache that grows a row a step: its sizes march, so the third length
+** is already shape-dynamic (each length is new; a specialized kernel for
+** it would run once, or within one step, and never again), not the ninth
+** as TC_RECOMPILE_LIMIT would have it. Bit for bit eager's results. */
+static void test_trace_marching_sizes(void **state)
+{
+  (void)state;
+  static float want[KV_MAX][KV_D];
+  tc_compile_set(false);
+  decode(want);
+  log_begin();
+  decode_compiled_matches(want);
+  char *log = log_end();
+  char dyn[17], what[96];
+  assert_true(dynamic_region(log, dyn));
+  snprintf(what, sizeof what, "region %s: new: ", dyn);
+  assert_int_equal(count(log, what), 2);          /* lengths 1 and 2 */
+  snprintf(what, sizeof what, "region %s: new (shape-dynamic) as its sizes "
+           "march", dyn);
+  assert_int_equal(count(log, what), 1);          /* length 3, and on */
+  snprintf(what, sizeof what, "region %s hot after", dyn);
+  assert_int_equal(count(log, what), 1);          /* at length 4 */
+  assert_int_equal(count(log, "new (shape-dynamic)"), 1);
+  free(log);
+  tc_stats s;
+  tc_stats_get(&s);
+  assert_true(s.layouts_derived >= 30);           /* lengths 5 .. 40 */
+}
+
+/* A second sequence meets its first lengths again. Their specialized
 ** variants were each seen once, before the region went shape-dynamic, so
 ** they are cold: the compiled shape-dynamic plan runs them, and nothing is
 ** compiled for them. (Before, each became hot on this second sighting and
 ** was compiled: a plan and kernels per length, for shapes the dynamic plan
-** already ran; 9 compiles in this sequence, 1 now.) */
+** already ran.) */
 static void test_trace_dynamic_serves_cold_statics(void **state)
 {
   (void)state;
@@ -812,8 +909,9 @@ static double two_lengths(int64_t n)
 static void test_trace_dynamic_layout_sizes_relate_otherwise(void **state)
 {
   (void)state;
-  /* 8 specialized lengths, then the shape-dynamic compile at n = 8 */
-  const int64_t ns[] = { 20, 21, 22, 23, 24, 25, 26, 27, 8, 8, 9, 10, 11, 9 };
+  /* 8 specialized lengths (in an order that does not march), then the
+  ** shape-dynamic compile at n = 8 */
+  const int64_t ns[] = { 20, 22, 21, 24, 23, 26, 25, 27, 8, 8, 9, 10, 11, 9 };
   enum { NN = sizeof ns / sizeof ns[0] };
   for (int i = 0; i < NN; i++) {
     tc_compile_set(false);
@@ -837,9 +935,10 @@ static void test_trace_dynamic_layout_sizes_relate_otherwise(void **state)
 static void test_trace_cold_static_when_dynamic_cannot(void **state)
 {
   (void)state;
-  /* n = 9 and 7 more lengths once each (cold), then n = 8 twice: the
-  ** 9th variant, shape-dynamic, hot on its second sighting. */
-  const int64_t ns[] = { 9, 20, 21, 22, 23, 24, 25, 26, 8, 8 };
+  /* n = 9 and 7 more lengths once each (cold; an order that does not
+  ** march), then n = 8 twice: the 9th variant, shape-dynamic, hot on its
+  ** second sighting. */
+  const int64_t ns[] = { 9, 20, 22, 21, 24, 23, 26, 25, 8, 8 };
   for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
     two_lengths(ns[i]);
   tc_compile_set(false);
@@ -965,14 +1064,16 @@ static void test_trace_dynamic_moving_row_derived(void **state)
   for (int64_t pos = 0; pos < N; pos++)
     want[pos] = row_attend(table, keys, c, pos);
   tc_compile_set(true);
-  for (int64_t pos = 0; pos < N; pos++)
+  /* from length 10: 10 and 11 specialized, shape-dynamic from 12 (the
+  ** sizes march), past length 8 = D, which relates k's sizes otherwise */
+  for (int64_t pos = 9; pos < N; pos++)
     for (int rep = 0; rep < 2; rep++) {
       double got = row_attend(table, keys, c, pos);
       assert_memory_equal(&got, &want[pos], sizeof got);
     }
   tc_stats s;
   tc_stats_get(&s);
-  assert_true(s.layouts_derived >= 12);   /* lengths 10 .. 23 */
+  assert_true(s.layouts_derived >= 10);   /* lengths 13 .. 23 */
   assert_int_equal(s.layouts_built, 0);
   assert_int_equal(s.compile_failures, 0);
   tc_release(table);
@@ -1001,6 +1102,8 @@ int main(void)
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_guard_failures_explained,
                                     setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_guard_sizes_march, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_trace_recompile_limit, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_trace_guards_many_inputs_alias,
@@ -1021,6 +1124,8 @@ int main(void)
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(
       test_trace_dynamic_layout_sizes_relate_otherwise, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_trace_marching_sizes, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_trace_dynamic_serves_cold_statics,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(
