@@ -513,6 +513,103 @@ static void test_views_of_each_dtype(void **state) {
   }
 }
 
+/* Copies and ops whose operands step through memory in another order than
+** the result, large enough that the eager iterator walks them in tiles
+** (both dims 16 or longer), with partial tiles at the edges: every element
+** checked against the source read by hand. */
+enum { TR_R = 70, TR_C = 131 };
+
+static double tr_val(tc_dtype dt, int64_t i) {
+  return dt == TC_BOOL ? (double)(i % 3 == 1) : (double)(i % 1009) - 400;
+}
+
+static void test_transposed_walks(void **state) {
+  (void)state;
+  const tc_dtype dts[] = {TC_BOOL, TC_I32, TC_I64, TC_F32, TC_F64};
+  for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+    tc_dtype dt = dts[k];
+    double *v = malloc(sizeof(double) * TR_R * TR_C);
+    assert_non_null(v);
+    for (int64_t i = 0; i < TR_R * TR_C; i++) v[i] = tr_val(dt, i);
+    tc_tensor *b = tu_from(dt, TC_SHAPE(TR_R, TR_C), v);
+    tc_tensor *t = TU_NN(tc_transpose(b, 0, 1));
+    /* a plain copy, and one that converts (to f64, and f64 to f32) */
+    tc_tensor *c = TU_NN(tc_contiguous(t));
+    tc_tensor *cv = TU_NN(tc_cast(t, dt == TC_F64 ? TC_F32 : TC_F64));
+    double *g = tu_read(c), *gv = tu_read(cv);
+    for (int64_t i = 0; i < TR_C; i++)
+      for (int64_t j = 0; j < TR_R; j++) {
+        double want = v[j * TR_C + i];
+        if (g[i * TR_R + j] != want || gv[i * TR_R + j] != want)
+          fail_msg("%s: [%lld][%lld] = %g, %g; expected %g",
+                   tc_dtype_name(dt), (long long)i, (long long)j,
+                   g[i * TR_R + j], gv[i * TR_R + j], want);
+      }
+    free(g);
+    free(gv);
+    /* into a transposed destination: d^T = b, then d^T += b */
+    tc_tensor *d = TU_NN(tc_zeros(dt, TC_SHAPE(TR_C, TR_R)));
+    tc_tensor *dt_view = TU_NN(tc_transpose(d, 0, 1));
+    TU_OK(tc_copy_(dt_view, b));
+    if (dt != TC_BOOL) TU_OK(tc_add_(dt_view, b));
+    double *gd = tu_read(d);
+    for (int64_t i = 0; i < TR_C; i++)
+      for (int64_t j = 0; j < TR_R; j++) {
+        double want = v[j * TR_C + i] * (dt == TC_BOOL ? 1 : 2);
+        if (gd[i * TR_R + j] != want)
+          fail_msg("%s: d[%lld][%lld] = %g, expected %g", tc_dtype_name(dt),
+                   (long long)i, (long long)j, gd[i * TR_R + j], want);
+      }
+    free(gd);
+    tc_release(dt_view);
+    tc_release(d);
+    tc_release(cv);
+    tc_release(c);
+    tc_release(t);
+    tc_release(b);
+    free(v);
+  }
+
+  /* An op with a transposed operand and a broadcast one: x^T + row. */
+  double *v = malloc(sizeof(double) * TR_R * TR_C), row[TR_R];
+  assert_non_null(v);
+  for (int64_t i = 0; i < TR_R * TR_C; i++) v[i] = tr_val(TC_F32, i) * 0.25;
+  for (int64_t j = 0; j < TR_R; j++) row[j] = 0.5 * (double)j - 3;
+  tc_tensor *x = tu_from(TC_F32, TC_SHAPE(TR_R, TR_C), v);
+  tc_tensor *r = tu_from(TC_F32, TC_SHAPE(TR_R), row);
+  tc_tensor *xt = TU_NN(tc_transpose(x, 0, 1));
+  tc_tensor *y = TU_NN(tc_add(xt, r));
+  double *g = tu_read(y);
+  for (int64_t i = 0; i < TR_C; i++)
+    for (int64_t j = 0; j < TR_R; j++)
+      assert_true(g[i * TR_R + j] == (double)(float)(v[j * TR_C + i] + row[j]));
+  free(g);
+
+  /* A 3-D permute with the outer dim walked too: p[c][a][b] = z[a][b][c]. */
+  enum { A = 5, B = 40, C = 33 };
+  double *w = malloc(sizeof(double) * A * B * C);
+  assert_non_null(w);
+  for (int64_t i = 0; i < A * B * C; i++) w[i] = (double)i;
+  tc_tensor *z = tu_from(TC_F32, TC_SHAPE(A, B, C), w);
+  tc_tensor *zp = TU_NN(tc_permute(z, 3, (const int[]){2, 0, 1}));
+  tc_tensor *pc = TU_NN(tc_contiguous(zp));
+  double *gp = tu_read(pc);
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t a = 0; a < A; a++)
+      for (int64_t b = 0; b < B; b++)
+        assert_true(gp[(c * A + a) * B + b] == w[(a * B + b) * C + c]);
+  free(gp);
+  free(w);
+  free(v);
+  tc_release(pc);
+  tc_release(zp);
+  tc_release(z);
+  tc_release(y);
+  tc_release(xt);
+  tc_release(r);
+  tc_release(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshape_is_a_view),
@@ -526,6 +623,7 @@ int main(void) {
       cmocka_unit_test(test_data_of_view),
       cmocka_unit_test(test_view_outlives_base),
       cmocka_unit_test(test_views_of_each_dtype),
+      cmocka_unit_test(test_transposed_walks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
