@@ -73,8 +73,9 @@
 ** vectorize behind any number of alias checks (jit_cpu/jit.c), so no
 ** kernel compiled scalar before is loaded again; tc-kir-5: column mode
 ** (jit_cpu/emit.c), so a column reduction compiled row by row is
-** compiled again. */
-#define STORE_CODEGEN_VERSION "tc-kir-5"
+** compiled again; tc-kir-6: a transposing MAP walks tiles (emit.c,
+** map_tiled), so none compiled walking rows is loaded again. */
+#define STORE_CODEGEN_VERSION "tc-kir-6"
 /* The marker every artifact embeds, NUL-terminated, as
 **   const char tc_kernel_key[] = STORE_KEY_MARKER "<32 hex digits>";
 ** The JIT and the store use this one spelling. */

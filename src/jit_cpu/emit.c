@@ -1170,6 +1170,82 @@ static void map_blocked(cg *g, gcc_jit_rvalue *len)
   loop_end(g, &lb);
 }
 
+/* Every STORE pass over len points from pos[] along the innermost dim. */
+static void map_segment(cg *g, gcc_jit_rvalue *len, const char *what)
+{
+  const kir_kernel *k = g->k;
+  g->axis = g->nd - 1;
+  if (k->inplace) {
+    map_blocked(g, len);
+    return;
+  }
+  loop li;
+  gcc_jit_rvalue *i = loop_begin(g, &li, "i", what, I64(g, 0), len, 1);
+  g->at = i;
+  int prev = scope_push(g);
+  for (int p = 0; p < k->npasses; p++)
+    store(g, k->pass[p].out, k->pass[p].value);
+  scope_pop(g, prev);
+  g->at = NULL;
+  loop_end(g, &li);
+}
+
+/* Tiles of a transposing MAP (eager's pointwise.c walks the same way): a
+** buffer that strides through the innermost dim but steps by one element
+** through the dim outside it touches one element per cache line in the
+** plain walk. Such a static kernel takes whole runs of MAP_TB rows at
+** once, in MAP_TB x MAP_TB tiles, so each line is used whole while the
+** tile is in cache. Pointwise: the order changes no value. */
+#define MAP_TB 64
+#define MAP_TB_MIN 16
+
+static bool map_tiled(const cg *g)
+{
+  const kir_kernel *k = g->k;
+  int last = g->nd - 1;
+  if (k->dynamic || g->nd < 2 || g->csize[last] < MAP_TB_MIN ||
+      g->csize[last - 1] < MAP_TB_MIN)
+    return false;
+  for (int b = 0; b < k->nbufs; b++)
+    if (g->cst[b][last] != 0 && g->cst[b][last] != 1 &&
+        g->cst[b][last - 1] == 1)
+      return true;
+  return false;
+}
+
+/* rows (>= 2) whole rows from idx (idx[last] is 0), tile by tile: for each
+** MAP_TB columns, each row's segment of them. */
+static void map_tile_rows(cg *g, gcc_jit_rvalue *rows)
+{
+  const kir_kernel *k = g->k;
+  jb *j = &g->j;
+  int last = g->nd - 1, t = last - 1;
+  gcc_jit_rvalue *start[KIR_MAX_BUFS];
+  for (int b = 0; b < k->nbufs; b++)
+    start[b] = jb_let(j, "tpos", gcc_jit_rvalue_get_type(g->base[b]),
+                      gcc_jit_lvalue_as_rvalue(g->pos[b]));
+  loop lc, lr;
+  gcc_jit_rvalue *c0 = loop_begin(g, &lc, "c0", "map.tiles", I64(g, 0),
+                                  g->size[last], MAP_TB);
+  gcc_jit_rvalue *rest = jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->size[last], c0);
+  gcc_jit_rvalue *w = jb_let(
+    j, "tw", j->t->i64,
+    jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_GT, rest,
+                                I64(g, MAP_TB)), I64(g, MAP_TB), rest));
+  gcc_jit_rvalue *r = loop_begin(g, &lr, "r", "map.tile", I64(g, 0), rows, 1);
+  for (int b = 0; b < k->nbufs; b++) {
+    gcc_jit_rvalue *off = jb_bin(
+      j, GCC_JIT_BINARY_OP_PLUS,
+      jb_bin(j, GCC_JIT_BINARY_OP_MULT, r, g->st[b][t]),
+      jb_bin(j, GCC_JIT_BINARY_OP_MULT, c0, g->st[b][last]));
+    jb_assign(j, g->pos[b], gcc_jit_lvalue_get_address(
+      gcc_jit_context_new_array_access(j->ctx, NULL, start[b], off), NULL));
+  }
+  map_segment(g, w, "map");
+  loop_end(g, &lr);
+  loop_end(g, &lc);
+}
+
 static void emit_map(cg *g)
 {
   const kir_kernel *k = g->k;
@@ -1185,29 +1261,64 @@ static void emit_map(cg *g)
   gcc_jit_lvalue *idx[TC_MAX_DIMS];
   walk seg;
   gcc_jit_rvalue *curr = walk_begin(g, idx, &seg, "seg");
+  gcc_jit_lvalue *n = jb_local(j, j->t->i64, "n");   /* points done */
+  gcc_jit_block *plain = NULL, *join = NULL;
+  if (map_tiled(g)) {
+    /* At a row's start with MAP_TB rows (or the rest of the dim outside,
+    ** if at least 2) within [cur, hi): a run of tiles. */
+    int t = last - 1;
+    gcc_jit_rvalue *rest = jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->size[t],
+                                  gcc_jit_lvalue_as_rvalue(idx[t]));
+    gcc_jit_rvalue *rows = jb_let(
+      j, "trows", j->t->i64,
+      jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_GT, rest,
+                                  I64(g, MAP_TB)), I64(g, MAP_TB), rest));
+    gcc_jit_rvalue *pts = jb_let(j, "tpts", j->t->i64,
+                                 jb_bin(j, GCC_JIT_BINARY_OP_MULT, rows,
+                                        g->size[last]));
+    gcc_jit_rvalue *ok = jb_bin(
+      j, GCC_JIT_BINARY_OP_LOGICAL_AND,
+      jb_cmp(j, GCC_JIT_COMPARISON_EQ, gcc_jit_lvalue_as_rvalue(idx[last]),
+             I64(g, 0)),
+      jb_bin(j, GCC_JIT_BINARY_OP_LOGICAL_AND,
+             jb_cmp(j, GCC_JIT_COMPARISON_GE, rows, I64(g, 2)),
+             jb_cmp(j, GCC_JIT_COMPARISON_LE, pts,
+                    jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->hi, curr))));
+    gcc_jit_block *tiles = jb_block(j, "tiles");
+    plain = jb_block(j, "plain");
+    join = jb_block(j, "stepped");
+    gcc_jit_block_end_with_conditional(j->b, NULL, ok, tiles, plain);
+    j->b = tiles;
+    map_tile_rows(g, rows);
+    jb_assign(j, n, pts);
+    /* idx[last] stays 0: the rows advance the dim outside it */
+    gcc_jit_block_add_assignment_op(j->b, NULL, idx[t],
+                                    GCC_JIT_BINARY_OP_PLUS, rows);
+    gcc_jit_block_end_with_jump(j->b, NULL, join);
+    j->b = plain;
+  }
   gcc_jit_rvalue *len = jb_let(
     j, "len", j->t->i64, jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->size[last],
                                 gcc_jit_lvalue_as_rvalue(idx[last])));
   gcc_jit_rvalue *left = jb_let(j, "left", j->t->i64,
                                 jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->hi,
                                        curr));
-  len = jb_sel(j, j->t->i64, jb_cmp(j, GCC_JIT_COMPARISON_GT, len, left),
-               left, len);
-  g->axis = last;
-  if (k->inplace)
-    map_blocked(g, len);
-  else {
-    loop li;
-    gcc_jit_rvalue *i = loop_begin(g, &li, "i", "map", I64(g, 0), len, 1);
-    g->at = i;
-    int prev = scope_push(g);
-    for (int p = 0; p < k->npasses; p++)
-      store(g, k->pass[p].out, k->pass[p].value);
-    scope_pop(g, prev);
-    g->at = NULL;
-    loop_end(g, &li);
+  len = jb_let(j, "len", j->t->i64,
+               jb_sel(j, j->t->i64,
+                      jb_cmp(j, GCC_JIT_COMPARISON_GT, len, left), left, len));
+  map_segment(g, len, "map");
+  jb_assign(j, n, len);
+  gcc_jit_block_add_assignment_op(j->b, NULL, idx[last],
+                                  GCC_JIT_BINARY_OP_PLUS, len);
+  if (join) {
+    gcc_jit_block_end_with_jump(j->b, NULL, join);
+    j->b = join;
   }
-  walk_end(g, idx, &seg, len);
+  gcc_jit_block_add_assignment_op(j->b, NULL, seg.cur, GCC_JIT_BINARY_OP_PLUS,
+                                  gcc_jit_lvalue_as_rvalue(n));
+  carry(g, idx);
+  while_end(g, &seg.w);
+  gcc_jit_block_end_with_void_return(j->b, NULL);
 }
 
 /* STORE passes [p0, p1) in one loop over row positions [from, to). */
