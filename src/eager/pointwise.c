@@ -284,6 +284,17 @@ static void run_segment(const pw_plan *p, char *const *ptr, int64_t len)
   }
 }
 
+/* Each operand's element at position idx. */
+static void plan_ptrs(const pw_plan *p, const int64_t *idx, char **ptr)
+{
+  for (int o = 0; o < p->nops; o++) {
+    int64_t off = 0;
+    for (int d = 0; d < p->nd; d++)
+      off += idx[d] * p->st[o][d];
+    ptr[o] = p->base[o] + off * (int64_t)tensor_dtype_size[p->dt[o]];
+  }
+}
+
 /* Walk linear output indices [lo, hi): decompose lo once, then step. */
 static void plan_range(void *ctx, int64_t lo, int64_t hi)
 {
@@ -297,12 +308,7 @@ static void plan_range(void *ctx, int64_t lo, int64_t hi)
   }
   while (lo < hi) {
     char *ptr[4];
-    for (int o = 0; o < p->nops; o++) {
-      int64_t off = 0;
-      for (int d = 0; d < p->nd; d++)
-        off += idx[d] * p->st[o][d];
-      ptr[o] = p->base[o] + off * (int64_t)tensor_dtype_size[p->dt[o]];
-    }
+    plan_ptrs(p, idx, ptr);
     int64_t len = p->shape[last] - idx[last];
     if (len > hi - lo)
       len = hi - lo;
@@ -397,13 +403,8 @@ static void tile_range(void *ctx, int64_t lo, int64_t hi)
     idx[last] = l0;
     if (!p->fn && p->dt[0] == p->dt[1]) {   /* a plain copy: one tight 2-D loop */
       idx[w->t] = t0;
-      char *ptr[2];
-      for (int o = 0; o < 2; o++) {
-        int64_t off = 0;
-        for (int d = 0; d < p->nd; d++)
-          off += idx[d] * p->st[o][d];
-        ptr[o] = p->base[o] + off * (int64_t)tensor_dtype_size[p->dt[o]];
-      }
+      char *ptr[4];
+      plan_ptrs(p, idx, ptr);
       copy_tile(tensor_dtype_size[p->dt[0]], ptr[0], p->st[0][w->t],
                 p->st[0][last], ptr[1], p->st[1][w->t], p->st[1][last],
                 t1 - t0, len);
@@ -411,12 +412,7 @@ static void tile_range(void *ctx, int64_t lo, int64_t hi)
     }
     for (idx[w->t] = t0; idx[w->t] < t1; idx[w->t]++) {
       char *ptr[4];
-      for (int o = 0; o < p->nops; o++) {
-        int64_t off = 0;
-        for (int d = 0; d < p->nd; d++)
-          off += idx[d] * p->st[o][d];
-        ptr[o] = p->base[o] + off * (int64_t)tensor_dtype_size[p->dt[o]];
-      }
+      plan_ptrs(p, idx, ptr);
       run_segment(p, ptr, len);
     }
   }

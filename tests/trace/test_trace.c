@@ -827,17 +827,26 @@ static bool dynamic_region(const char *log, char *out)
 ** is already shape-dynamic (each length is new; a specialized kernel for
 ** it would run once, or within one step, and never again), not the ninth
 ** as TC_RECOMPILE_LIMIT would have it. Bit for bit eager's results. */
+static float kv_want[KV_MAX][KV_D];   /* the eager decode's results */
+
+/* Decode eagerly into kv_want, then compiled (results checked): that
+** decode's log, and in dyn the region that went shape-dynamic. */
+static char *first_compiled_decode(char *dyn)
+{
+  tc_compile_set(false);
+  decode(kv_want);
+  log_begin();
+  decode_compiled_matches(kv_want);
+  char *log = log_end();
+  assert_true(dynamic_region(log, dyn));
+  return log;
+}
+
 static void test_trace_marching_sizes(void **state)
 {
   (void)state;
-  static float want[KV_MAX][KV_D];
-  tc_compile_set(false);
-  decode(want);
-  log_begin();
-  decode_compiled_matches(want);
-  char *log = log_end();
   char dyn[17], what[96];
-  assert_true(dynamic_region(log, dyn));
+  char *log = first_compiled_decode(dyn);
   snprintf(what, sizeof what, "region %s: new: ", dyn);
   assert_int_equal(count(log, what), 2);          /* lengths 1 and 2 */
   snprintf(what, sizeof what, "region %s: new (shape-dynamic) as its sizes "
@@ -861,21 +870,15 @@ static void test_trace_marching_sizes(void **state)
 static void test_trace_dynamic_serves_cold_statics(void **state)
 {
   (void)state;
-  static float want[KV_MAX][KV_D];
-  tc_compile_set(false);
-  decode(want);
-  log_begin();
-  decode_compiled_matches(want);
-  char *first = log_end();
   char dyn[17], hot[64];
-  assert_true(dynamic_region(first, dyn));
+  char *first = first_compiled_decode(dyn);
   snprintf(hot, sizeof hot, "region %s hot after", dyn);
   assert_int_equal(count(first, hot), 1);   /* its shape-dynamic compile */
   free(first);
   tc_stats s;
   tc_stats_get(&s);
   log_begin();
-  decode_compiled_matches(want);   /* bit for bit: eager's results */
+  decode_compiled_matches(kv_want);   /* bit for bit: eager's results */
   char *second = log_end();
   tc_stats again;
   tc_stats_get(&again);
