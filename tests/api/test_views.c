@@ -570,6 +570,35 @@ static void test_transposed_walks(void **state) {
     free(v);
   }
 
+  /* The 16-bit storage types: a transposed copy moves their bits. */
+  const tc_dtype halves[] = {TC_F16, TC_BF16};
+  for (size_t k = 0; k < 2; k++) {
+    double *v = malloc(sizeof(double) * TR_R * TR_C);
+    assert_non_null(v);
+    for (int64_t i = 0; i < TR_R * TR_C; i++) v[i] = tr_val(TC_F32, i) / 7;
+    tc_tensor *f = tu_from(TC_F32, TC_SHAPE(TR_R, TR_C), v);
+    tc_tensor *h = TU_NN(tc_cast(f, halves[k]));
+    tc_tensor *ht = TU_NN(tc_transpose(h, 0, 1));
+    tc_tensor *c = TU_NN(tc_contiguous(ht));
+    tc_tensor *src = TU_NN(tc_cast(h, TC_F32)), *got = TU_NN(tc_cast(c, TC_F32));
+    double *gs = tu_read(src), *gg = tu_read(got);
+    for (int64_t i = 0; i < TR_C; i++)
+      for (int64_t j = 0; j < TR_R; j++)
+        if (gg[i * TR_R + j] != gs[j * TR_C + i])
+          fail_msg("%s: [%lld][%lld] = %g, expected %g",
+                   tc_dtype_name(halves[k]), (long long)i, (long long)j,
+                   gg[i * TR_R + j], gs[j * TR_C + i]);
+    free(gs);
+    free(gg);
+    free(v);
+    tc_release(got);
+    tc_release(src);
+    tc_release(c);
+    tc_release(ht);
+    tc_release(h);
+    tc_release(f);
+  }
+
   /* An op with a transposed operand and a broadcast one: x^T + row. */
   double *v = malloc(sizeof(double) * TR_R * TR_C), row[TR_R];
   assert_non_null(v);
