@@ -1052,7 +1052,8 @@ static void carry(cg *g, gcc_jit_lvalue **idx)
 /* The walk over this call's points [lo, hi), a segment of the last dim at
 ** a time: idx is the next point's position (pos[] follows it), cur its
 ** flat index. walk_begin leaves the builder in the loop body and returns
-** cur; walk_end advances by n points and closes the function. */
+** cur; walk_end advances by n points along the last dim and closes the
+** function (walk_close: the caller has advanced idx itself). */
 typedef struct { while_loop w; gcc_jit_lvalue *cur; } walk;
 
 static gcc_jit_rvalue *walk_begin(cg *g, gcc_jit_lvalue **idx, walk *W,
@@ -1068,16 +1069,22 @@ static gcc_jit_rvalue *walk_begin(cg *g, gcc_jit_lvalue **idx, walk *W,
   return cur;
 }
 
-static void walk_end(cg *g, gcc_jit_lvalue **idx, walk *W, gcc_jit_rvalue *n)
+static void walk_close(cg *g, gcc_jit_lvalue **idx, walk *W,
+                       gcc_jit_rvalue *n)
 {
   jb *j = &g->j;
   gcc_jit_block_add_assignment_op(j->b, NULL, W->cur, GCC_JIT_BINARY_OP_PLUS,
                                   n);
-  gcc_jit_block_add_assignment_op(j->b, NULL, idx[g->nd - 1],
-                                  GCC_JIT_BINARY_OP_PLUS, n);
   carry(g, idx);
   while_end(g, &W->w);
   gcc_jit_block_end_with_void_return(j->b, NULL);
+}
+
+static void walk_end(cg *g, gcc_jit_lvalue **idx, walk *W, gcc_jit_rvalue *n)
+{
+  gcc_jit_block_add_assignment_op(g->j.b, NULL, idx[g->nd - 1],
+                                  GCC_JIT_BINARY_OP_PLUS, n);
+  walk_close(g, idx, W, n);
 }
 
 static gcc_jit_function *new_entry(cg *g, int pass)
@@ -1262,7 +1269,7 @@ static void emit_map(cg *g)
   walk seg;
   gcc_jit_rvalue *curr = walk_begin(g, idx, &seg, "seg");
   gcc_jit_lvalue *n = jb_local(j, j->t->i64, "n");   /* points done */
-  gcc_jit_block *plain = NULL, *join = NULL;
+  gcc_jit_block *join = NULL;   /* where the two walks meet, if tiled */
   if (map_tiled(g)) {
     /* At a row's start with MAP_TB rows (or the rest of the dim outside,
     ** if at least 2) within [cur, hi): a run of tiles. */
@@ -1285,7 +1292,7 @@ static void emit_map(cg *g)
              jb_cmp(j, GCC_JIT_COMPARISON_LE, pts,
                     jb_bin(j, GCC_JIT_BINARY_OP_MINUS, g->hi, curr))));
     gcc_jit_block *tiles = jb_block(j, "tiles");
-    plain = jb_block(j, "plain");
+    gcc_jit_block *plain = jb_block(j, "plain");
     join = jb_block(j, "stepped");
     gcc_jit_block_end_with_conditional(j->b, NULL, ok, tiles, plain);
     j->b = tiles;
@@ -1314,11 +1321,7 @@ static void emit_map(cg *g)
     gcc_jit_block_end_with_jump(j->b, NULL, join);
     j->b = join;
   }
-  gcc_jit_block_add_assignment_op(j->b, NULL, seg.cur, GCC_JIT_BINARY_OP_PLUS,
-                                  gcc_jit_lvalue_as_rvalue(n));
-  carry(g, idx);
-  while_end(g, &seg.w);
-  gcc_jit_block_end_with_void_return(j->b, NULL);
+  walk_close(g, idx, &seg, gcc_jit_lvalue_as_rvalue(n));
 }
 
 /* STORE passes [p0, p1) in one loop over row positions [from, to). */
